@@ -1,0 +1,25 @@
+# Set-up is part of every target: a fresh clone needs nothing but python3 (3.11+).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "torch==2.13.0"
+	$(BIN)/pip install --quiet -e ".[train,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/pure-dp-mf reproduce --quick --out reproduce_out
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q
+
+clean:
+	rm -rf $(VENV) reproduce_out

@@ -1,0 +1,66 @@
+"""The typer application and the few helpers every command shares (printing, errors).
+
+Commands live one module per concept beside this file (``info.py``, ``trees.py``, ...); each
+imports ``app`` from here and registers itself with ``@app.command()`` or a sub-``Typer``.
+They parse arguments, call the library and print; they hold no logic of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Sequence
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    name="pure-dp-mf",
+    help="Pure-DP continual counting by matrix factorization, with machine-checked bounds.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+error_console = Console(stderr=True)
+
+
+def print_json(document: Any) -> None:
+    """Print a JSON document on stdout (NaN and infinities as null, keys sorted)."""
+
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {str(k): clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
+    typer.echo(json.dumps(clean(document), indent=2, sort_keys=True))
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Print rows as a rich table; floats with 6 significant digits."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(f"{cell:.6g}" if isinstance(cell, float) else str(cell) for cell in row))
+    console.print(table)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from pure_dp_mf import __version__
+
+        typer.echo(f"pure-dp-mf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="print the version"),
+) -> None:
+    """Pure-DP continual counting by matrix factorization, with machine-checked bounds."""

@@ -1,0 +1,43 @@
+"""``pure-dp-mf info FILE``: sizes, residual and every cost of a factorization file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pure_dp_mf.cli.app import app, print_json, print_table
+from pure_dp_mf.factorization import Factorization
+
+
+@app.command()
+def info(
+    file: Path = typer.Argument(..., help="factorization file (.npz)"),
+    epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Print size, inner size, metric, residual, norms, c₂, c_F, MaxSE, MeanSE and leading constants."""
+    factorization = Factorization.load(file)
+    residual = factorization.validate()
+    record = {"file": str(file), "metric": factorization.metric, "residual": residual}
+    record.update(factorization.costs(epsilon=epsilon).as_dict())
+    if as_json:
+        print_json(record)
+        return
+    labels = {
+        "n": "size n",
+        "inner_size": "inner size",
+        "metric": "metric",
+        "residual": "max |L·R − T_n|",
+        "decoder_max_row_norm": "‖L‖₂→∞",
+        "encoder_max_column_sum": "‖R‖₁→₁",
+        "decoder_frobenius_norm": "‖L‖_F",
+        "c2": "c₂",
+        "cf": "c_F",
+        "epsilon": "ε",
+        "max_se": "MaxSE",
+        "mean_se": "MeanSE",
+        "max_se_constant": "MaxSE·ε²/log₂(n)³",
+        "mean_se_constant": "MeanSE·ε²/log₂(n)³",
+    }
+    print_table(str(file), ["quantity", "value"], [(label, record[key]) for key, label in labels.items()])

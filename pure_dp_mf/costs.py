@@ -1,0 +1,179 @@
+"""Factorization costs and errors (paper 001, section 1.1; DESIGN.md "Pure-DP costs").
+
+For T_n = L·R and Laplace noise z of scale b = ‖R‖₁→₁/ε (variance 2b² per coordinate), the
+mechanism L·(R·x + z) has per-step error variance 2b²·‖L_t‖², hence
+
+* ‖L‖₂→∞ = max_t ‖L_t‖₂ (largest row ℓ2 norm), ‖R‖₁→₁ = max_j Σ_i |R_ij| (largest column ℓ1 norm);
+* c₂ = ‖L‖₂→∞·‖R‖₁→₁ and MaxSE = 2·c₂²/ε²;
+* c_F = ‖L‖_F·‖R‖₁→₁/√n and MeanSE = 2·c_F²/ε², n the number of rows of L (steps);
+* leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (paper 001's "2C₂²", "2C_F²").
+
+Float64 functions take dense arrays or scipy.sparse matrices. The ``*_exact`` functions take
+integer or rational matrices (ints, ``fractions.Fraction``) and return squared norms and
+errors as exact ``Fraction`` values; square roots are never taken in exact form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse
+
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_positive
+
+
+def _absolute(matrix) -> np.ndarray | scipy.sparse.sparray:
+    if scipy.sparse.issparse(matrix):
+        return abs(matrix.tocsr().astype(np.float64))
+    array = np.asarray(matrix, dtype=np.float64)
+    if array.ndim != 2:
+        raise InvalidInputError(f"expected a matrix, got shape {array.shape}")
+    return np.abs(array)
+
+
+def _flat(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64).ravel()
+
+
+def row_norms_squared(matrix) -> np.ndarray:
+    """‖L_t‖₂² for every row t."""
+    absolute = _absolute(matrix)
+    return _flat(absolute.multiply(absolute).sum(axis=1) if scipy.sparse.issparse(absolute) else (absolute**2).sum(axis=1))
+
+
+def max_row_norm(matrix) -> float:
+    """‖L‖₂→∞: the largest ℓ2 norm of a row."""
+    return float(math.sqrt(row_norms_squared(matrix).max()))
+
+
+def max_column_abs_sum(matrix) -> float:
+    """‖R‖₁→₁: the largest ℓ1 norm of a column (the ℓ1 sensitivity of x ↦ R·x)."""
+    return float(_flat(_absolute(matrix).sum(axis=0)).max())
+
+
+def frobenius_norm(matrix) -> float:
+    """‖L‖_F."""
+    return float(math.sqrt(row_norms_squared(matrix).sum()))
+
+
+def leading_constant(error: float, *, n: int, epsilon: float = 1.0) -> float:
+    """error·ε²/log₂(n)³, the constant in front of log₂(n)³/ε² (needs n ≥ 2)."""
+    if n < 2:
+        raise InvalidInputError(f"the leading constant needs n >= 2 (log2(n) > 0), got n = {n}")
+    return float(error) * epsilon**2 / math.log2(n) ** 3
+
+
+@dataclass(frozen=True)
+class FactorizationCosts:
+    """All float64 costs of a factorization at one ε (field names match ``info --json``)."""
+
+    n: int
+    inner_size: int
+    epsilon: float
+    decoder_max_row_norm: float
+    encoder_max_column_sum: float
+    decoder_frobenius_norm: float
+    c2: float
+    cf: float
+    max_se: float
+    mean_se: float
+    max_se_constant: float
+    mean_se_constant: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> FactorizationCosts:
+    """Every cost of T_n = L·R (L = ``decoder``, R = ``encoder``) in float64."""
+    epsilon = check_positive(epsilon, name="epsilon")
+    n, inner_size = decoder.shape
+    if encoder.shape[0] != inner_size:
+        raise InvalidInputError(f"decoder is {decoder.shape} but encoder is {encoder.shape}: inner sizes differ")
+    norms = row_norms_squared(decoder)
+    sensitivity = max_column_abs_sum(encoder)
+    c2 = math.sqrt(norms.max()) * sensitivity
+    cf = math.sqrt(norms.sum() / n) * sensitivity
+    max_se, mean_se = 2 * c2**2 / epsilon**2, 2 * cf**2 / epsilon**2
+    constants = [leading_constant(e, n=n, epsilon=epsilon) if n >= 2 else math.nan for e in (max_se, mean_se)]
+    return FactorizationCosts(
+        n=n,
+        inner_size=inner_size,
+        epsilon=epsilon,
+        decoder_max_row_norm=math.sqrt(norms.max()),
+        encoder_max_column_sum=sensitivity,
+        decoder_frobenius_norm=math.sqrt(norms.sum()),
+        c2=c2,
+        cf=cf,
+        max_se=max_se,
+        mean_se=mean_se,
+        max_se_constant=constants[0],
+        mean_se_constant=constants[1],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact versions: integer / rational matrices, squared quantities as Fractions.
+
+
+def _rational_rows(matrix) -> list[list[Fraction]]:
+    if scipy.sparse.issparse(matrix):
+        matrix = matrix.toarray()
+    array = np.asarray(matrix, dtype=object)
+    if array.ndim != 2:
+        raise InvalidInputError(f"expected a matrix, got shape {array.shape}")
+    rows = []
+    for row in array:
+        converted = []
+        for entry in row:
+            if isinstance(entry, (float, np.floating)):
+                raise InvalidInputError("exact costs need integer or Fraction entries, not floats")
+            converted.append(Fraction(int(entry)) if isinstance(entry, np.integer) else Fraction(entry))
+        rows.append(converted)
+    return rows
+
+
+def row_norms_squared_exact(matrix) -> list[Fraction]:
+    """‖L_t‖₂² for every row t, exactly."""
+    return [sum((x * x for x in row), Fraction(0)) for row in _rational_rows(matrix)]
+
+
+def max_row_norm_squared_exact(matrix) -> Fraction:
+    """‖L‖₂→∞², exactly."""
+    return max(row_norms_squared_exact(matrix))
+
+
+def max_column_abs_sum_exact(matrix) -> Fraction:
+    """‖R‖₁→₁, exactly."""
+    rows = _rational_rows(matrix)
+    return max(sum((abs(row[j]) for row in rows), Fraction(0)) for j in range(len(rows[0])))
+
+
+def frobenius_norm_squared_exact(matrix) -> Fraction:
+    """‖L‖_F², exactly."""
+    return sum(row_norms_squared_exact(matrix), Fraction(0))
+
+
+def c2_squared_exact(*, decoder, encoder) -> Fraction:
+    """c₂² = ‖L‖₂→∞²·‖R‖₁→₁², exactly."""
+    return max_row_norm_squared_exact(decoder) * max_column_abs_sum_exact(encoder) ** 2
+
+
+def cf_squared_exact(*, decoder, encoder) -> Fraction:
+    """c_F² = ‖L‖_F²·‖R‖₁→₁²/n, exactly (n = rows of L)."""
+    n = len(decoder)
+    return frobenius_norm_squared_exact(decoder) * max_column_abs_sum_exact(encoder) ** 2 / n
+
+
+def max_se_exact(*, decoder, encoder, epsilon: Fraction | int = 1) -> Fraction:
+    """MaxSE = 2·c₂²/ε², exactly (ε rational)."""
+    return 2 * c2_squared_exact(decoder=decoder, encoder=encoder) / Fraction(epsilon) ** 2
+
+
+def mean_se_exact(*, decoder, encoder, epsilon: Fraction | int = 1) -> Fraction:
+    """MeanSE = 2·c_F²/ε², exactly (ε rational)."""
+    return 2 * cf_squared_exact(decoder=decoder, encoder=encoder) / Fraction(epsilon) ** 2

@@ -1,0 +1,255 @@
+"""The ``Factorization`` type and its file format (DESIGN.md "Files").
+
+A factorization of the workload T_n is a pair (L, R) = (decoder, encoder) with L·R = T_n,
+L of shape n×s and R of shape s×n, plus a metadata record. Every stage of the pipeline
+(train → certify → lift → stream) reads and writes this one type.
+
+File format (``.npz``, written without pickles, atomically):
+
+* ``encoder``: R, float32 or float64, as produced;
+* ``decoder``: L, optional; when absent L is recomputed as T_n·R⁻¹ (square R only);
+* ``metadata``: a UTF-8 JSON document stored as a uint8 array, holding at least
+  ``format`` ("pure_dp_mf.factorization/1"), ``n``, ``inner_size``, ``metric``, ``dtype``,
+  ``library_version``, ``arrays`` ({name: {"shape", "dtype", "sha256"}}) and any producer
+  record (``made_by``: trainer settings, seed, iterations, wall time, costs...).
+
+``load`` checks the container, the arrays present, shapes and dtypes against the record, the
+sha256 of every array's bytes, finiteness, and inner-size consistency, and names exactly what
+does not match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+
+import pure_dp_mf
+from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.costs import FactorizationCosts, factorization_costs
+from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
+
+FORMAT = "pure_dp_mf.factorization/1"
+METRICS = ("maxse", "meanse")
+DEFAULT_TOLERANCE = 1e-6
+
+
+def array_sha256(array: np.ndarray) -> str:
+    """sha256 of an array's bytes in C order (shape and dtype are recorded beside it)."""
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _as_matrix(matrix: Any, *, name: str):
+    """Dense float32/float64 array or CSR matrix, finite, 2-D; the first problem named."""
+    if scipy.sparse.issparse(matrix):
+        matrix = scipy.sparse.csr_matrix(matrix, dtype=np.float64)
+        values = matrix.data
+    else:
+        try:
+            matrix = np.asarray(matrix)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{name} is not a numeric matrix") from None
+        if matrix.dtype not in (np.float32, np.float64):
+            if not (np.issubdtype(matrix.dtype, np.integer) or matrix.dtype == np.bool_):
+                raise InvalidInputError(f"{name} has dtype {matrix.dtype}; expected float32, float64 or integers")
+            matrix = matrix.astype(np.float64)
+        values = matrix
+    if matrix.ndim != 2:
+        raise InvalidInputError(f"{name} must be 2-dimensional, got shape {matrix.shape}")
+    if 0 in matrix.shape:
+        raise InvalidInputError(f"{name} is empty (shape {matrix.shape})")
+    if not np.all(np.isfinite(values)):
+        raise InvalidInputError(f"{name} contains NaN or infinity")
+    return matrix
+
+
+def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
+    """L = T_n·R⁻¹ in float64 (R square and invertible), by an LU solve of Rᵀ·Lᵀ = T_nᵀ."""
+    encoder = np.asarray(encoder, dtype=np.float64)
+    n = encoder.shape[1]
+    if encoder.shape[0] != n:
+        raise InvalidInputError(f"the decoder can only be recomputed for a square encoder, got shape {encoder.shape}")
+    try:
+        lu = scipy.linalg.lu_factor(encoder.T, check_finite=True)
+    except (ValueError, scipy.linalg.LinAlgError) as error:
+        raise InvalidInputError(f"the encoder is not invertible: {error}") from None
+    if np.any(np.diag(lu[0]) == 0):
+        raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
+    return scipy.linalg.lu_solve(lu, np.tri(n).T).T
+
+
+@dataclass
+class Factorization:
+    """T_n ≈ decoder·encoder with a metadata record (see the module docstring)."""
+
+    decoder: Any
+    encoder: Any
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.encoder = _as_matrix(self.encoder, name="encoder")
+        self.decoder = _as_matrix(self.decoder, name="decoder")
+        n, inner = self.decoder.shape
+        if self.encoder.shape != (inner, n):
+            raise InvalidInputError(
+                f"shapes do not fit T_n = L·R: decoder is {self.decoder.shape}, encoder is {self.encoder.shape}, "
+                f"expected encoder shape ({inner}, {n})"
+            )
+        metric = self.metadata.get("metric")
+        if metric is not None and metric not in METRICS:
+            raise InvalidInputError(f"unknown metric {metric!r}; expected one of {METRICS}")
+
+    @classmethod
+    def from_encoder(cls, encoder: Any, *, metadata: dict | None = None) -> "Factorization":
+        """The factorization (T_n·R⁻¹, R) of a square invertible encoder R."""
+        encoder = _as_matrix(encoder, name="encoder")
+        return cls(decoder=decoder_from_encoder(encoder), encoder=encoder, metadata=dict(metadata or {}))
+
+    @property
+    def n(self) -> int:
+        return int(self.decoder.shape[0])
+
+    @property
+    def inner_size(self) -> int:
+        return int(self.decoder.shape[1])
+
+    @property
+    def metric(self) -> str | None:
+        return self.metadata.get("metric")
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """(L, R) as dense float64 arrays."""
+        def densify(matrix):
+            return matrix.toarray() if scipy.sparse.issparse(matrix) else np.asarray(matrix, dtype=np.float64)
+        return densify(self.decoder), densify(self.encoder)
+
+    def residual(self) -> float:
+        """‖L·R − T_n‖_max in float64."""
+        product = self.decoder @ self.encoder
+        if scipy.sparse.issparse(product):
+            product = product.toarray()
+        return float(np.max(np.abs(np.asarray(product, dtype=np.float64) - np.tri(self.n))))
+
+    def validate(self, *, tolerance: float = DEFAULT_TOLERANCE) -> float:
+        """Check that L·R = T_n within ``tolerance`` (max-entry); return the residual."""
+        residual = self.residual()
+        if not residual <= tolerance:
+            raise NotAFactorizationError(
+                f"L·R is not T_{self.n}: max |L·R − T_n| = {residual:.3g} exceeds the tolerance {tolerance:g}"
+            )
+        return residual
+
+    def costs(self, *, epsilon: float = 1.0) -> FactorizationCosts:
+        """Float64 costs (c₂, c_F, MaxSE, MeanSE, leading constants) at ``epsilon``."""
+        return factorization_costs(decoder=self.decoder, encoder=self.encoder, epsilon=epsilon)
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, path: str | os.PathLike, *, store_decoder: bool = True) -> Path:
+        """Write the ``.npz`` file atomically; ``store_decoder=False`` keeps only R (square R)."""
+        path = Path(path)
+        if not path.parent.exists():
+            raise FactorizationFileError(f"cannot write {path}: folder {path.parent} does not exist")
+        decoder, encoder = self.decoder, self.encoder
+        if scipy.sparse.issparse(decoder) or scipy.sparse.issparse(encoder):
+            decoder, encoder = self.dense()
+        arrays = {"encoder": np.ascontiguousarray(encoder)}
+        if store_decoder:
+            arrays["decoder"] = np.ascontiguousarray(decoder)
+        elif encoder.shape[0] != encoder.shape[1]:
+            raise InvalidInputError("store_decoder=False needs a square encoder (L is recomputed as T_n·R⁻¹)")
+        metadata = dict(self.metadata)
+        metadata.update(
+            format=FORMAT,
+            n=self.n,
+            inner_size=self.inner_size,
+            metric=self.metric,
+            dtype=str(arrays["encoder"].dtype),
+            library_version=metadata.get("library_version", pure_dp_mf.__version__),
+            arrays={
+                name: {"shape": list(array.shape), "dtype": str(array.dtype), "sha256": array_sha256(array)}
+                for name, array in arrays.items()
+            },
+        )
+        buffer = io.BytesIO()
+        np.savez_compressed(
+            buffer, **arrays, metadata=np.frombuffer(json.dumps(metadata, sort_keys=True).encode(), dtype=np.uint8)
+        )
+        atomic_write_bytes(path, buffer.getvalue())
+        self.metadata = metadata
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Factorization":
+        """Read and check a factorization file; every mismatch is a ``FactorizationFileError``."""
+        path = Path(path)
+        if not path.exists():
+            raise FactorizationFileError(f"{path}: no such file")
+        if not path.is_file():
+            raise FactorizationFileError(f"{path}: not a file")
+        if not zipfile.is_zipfile(path):
+            raise FactorizationFileError(f"{path}: not an .npz file (not a zip archive)")
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                contents = {name: archive[name] for name in archive.files}
+        except Exception as error:  # corrupt members surface as many exception types
+            raise FactorizationFileError(f"{path}: unreadable .npz file ({type(error).__name__}: {error})") from None
+        for required in ("encoder", "metadata"):
+            if required not in contents:
+                raise FactorizationFileError(f"{path}: missing array {required!r} (found {sorted(contents)})")
+        try:
+            metadata = json.loads(contents.pop("metadata").astype(np.uint8).tobytes().decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise FactorizationFileError(f"{path}: metadata is not valid JSON ({error})") from None
+        if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+            raise FactorizationFileError(f"{path}: metadata does not declare format {FORMAT!r}")
+        records = metadata.get("arrays")
+        if not isinstance(records, dict) or "encoder" not in records:
+            raise FactorizationFileError(f"{path}: metadata has no array records")
+        for name, record in records.items():
+            if name not in contents:
+                raise FactorizationFileError(f"{path}: metadata records array {name!r} but the file lacks it")
+            array = contents[name]
+            if not isinstance(record, dict) or list(array.shape) != record.get("shape"):
+                raise FactorizationFileError(
+                    f"{path}: array {name!r} has shape {list(array.shape)}, metadata says {record.get('shape') if isinstance(record, dict) else record}"
+                )
+            if str(array.dtype) != record.get("dtype"):
+                raise FactorizationFileError(f"{path}: array {name!r} has dtype {array.dtype}, metadata says {record.get('dtype')}")
+            if array_sha256(array) != record.get("sha256"):
+                raise FactorizationFileError(f"{path}: array {name!r} does not match its recorded sha256")
+        for name in contents:
+            if name not in records:
+                raise FactorizationFileError(f"{path}: array {name!r} is not recorded in the metadata")
+        encoder = contents["encoder"]
+        try:
+            if "decoder" in contents:
+                factorization = cls(decoder=contents["decoder"], encoder=encoder, metadata=metadata)
+            else:
+                factorization = cls.from_encoder(encoder, metadata=metadata)
+        except InvalidInputError as error:
+            raise FactorizationFileError(f"{path}: {error}") from None
+        if factorization.n != metadata.get("n") or factorization.inner_size != metadata.get("inner_size"):
+            raise FactorizationFileError(
+                f"{path}: arrays give n={factorization.n}, inner size={factorization.inner_size}; "
+                f"metadata says n={metadata.get('n')}, inner size={metadata.get('inner_size')}"
+            )
+        return factorization
