@@ -1,0 +1,54 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*arguments: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``pure-dp-mf`` through its real entry point (``main``), as a user would."""
+    return subprocess.run(
+        [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
+        input=input_text,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+def dyadic_binary_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The complete binary tree for n = 2^h, root used: R has one row per node, L sums the
+    nodes of the dyadic decomposition of [1, t]. Written out directly, independent of trees.py."""
+    nodes = []
+    size = n
+    while size >= 1:
+        nodes += [(start, start + size) for start in range(0, n, size)]
+        size //= 2
+    encoder = np.zeros((len(nodes), n))
+    for row, (start, stop) in enumerate(nodes):
+        encoder[row, start:stop] = 1
+    decoder = np.zeros((n, len(nodes)))
+    index = {node: row for row, node in enumerate(nodes)}
+    for t in range(1, n + 1):
+        start, remaining = 0, t
+        size = n
+        while remaining:
+            if size <= remaining:
+                decoder[t - 1, index[(start, start + size)]] = 1
+                start, remaining = start + size, remaining - size
+            size //= 2
+    return decoder, encoder
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
