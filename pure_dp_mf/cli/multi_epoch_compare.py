@@ -1,0 +1,82 @@
+"""``pure-dp-mf multi-epoch compare``: the loss table of paper 000 App. D.5 and the per-step variance plot.
+
+Thin: parses, calls ``pure_dp_mf.gaussian.compare``, prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pure_dp_mf.cli.app import console, print_json, print_table
+from pure_dp_mf.cli.multi_epoch import multi_epoch_app
+from pure_dp_mf.errors import InvalidInputError
+
+
+def _stamps(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidInputError(f"--stamps must be a comma-separated list of integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise InvalidInputError(f"--stamps must list positive integers, got {text!r}")
+    return values
+
+
+@multi_epoch_app.command("compare")
+def compare_command(
+    n: int = typer.Option(..., "--n", help="number of steps n = k·b"),
+    participations: int = typer.Option(..., "--participations", help="k: participations per example; b = n/k"),
+    noise_multiplier: float = typer.Option(None, "--noise-multiplier", help="z: report ε and the RMSE at this noise multiplier"),
+    delta: float = typer.Option(1e-6, "--delta", help="δ for ε"),
+    stamps: str = typer.Option(None, "--stamps", help="comma-separated numbers of stamps s to try (default: divisors of k)"),
+    optimizer: bool = typer.Option(True, "--optimizer/--no-optimizer", help="include the optimizer's rows (O(n³) per iteration)"),
+    as_json: bool = typer.Option(False, "--json", help="print the table as JSON"),
+    plot: Path = typer.Option(None, "--plot", help="write the per-step noise variance plot (PNG/PDF) here"),
+) -> None:
+    """Total loss ‖B‖_F²·sens² and RMSE of every mechanism for prefix sums under (k,b)-participation."""
+    from pure_dp_mf.gaussian.compare import compare, plot_step_variance
+
+    if noise_multiplier is not None:
+        from pure_dp_mf.gaussian.accounting import epsilon_for
+
+        epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
+    else:
+        epsilon = None
+    if plot is not None and not plot.parent.exists():
+        raise InvalidInputError(f"cannot write {plot}: folder {plot.parent} does not exist")
+    if as_json:
+        rows = compare(n=n, max_participations=participations, stamps=_stamps(stamps), include_optimizer=optimizer)
+    else:
+        with console.status("comparing mechanisms") as status:
+            rows = compare(
+                n=n, max_participations=participations, stamps=_stamps(stamps), include_optimizer=optimizer,
+                progress=lambda name: status.update(f"comparing mechanisms: {name}"),
+            )
+    b = n // participations
+    if plot is not None:
+        plot_step_variance(rows, str(plot), noise_multiplier=noise_multiplier or 1.0,
+                           title=f"per-step noise variance, n = {n}, (k, b) = ({participations}, {b})")
+    if as_json:
+        print_json({
+            "n": n, "max_participations": participations, "min_sep": b, "noise_multiplier": noise_multiplier,
+            "delta": delta if epsilon is not None else None, "epsilon": epsilon,
+            "rows": [row.as_dict(noise_multiplier=noise_multiplier) for row in rows],
+            "plot": str(plot) if plot is not None else None,
+        })
+        return
+    z = noise_multiplier or 1.0
+    title = f"prefix sums, n = {n}, (k, b) = ({participations}, {b})"
+    if epsilon is not None:
+        title += f": every row is ({epsilon:.4g}, {delta:g})-DP at noise multiplier {z:g}"
+    print_table(
+        title,
+        ("mechanism", "best s", "sens²", "sensitivity method", "‖B‖_F²", "loss", f"RMSE (z = {z:g})", "seconds"),
+        [(r.loss.name, r.stamps, r.loss.sensitivity_squared, r.loss.sensitivity_method,
+          r.loss.decoder_frobenius_squared, r.loss.loss, z * r.loss.rmse, r.seconds) for r in rows],
+    )
+    if plot is not None:
+        console.print(f"plot written to {plot}")
