@@ -1,0 +1,292 @@
+"""Exact arithmetic for certificates (DESIGN.md "Exactness rules"; paper 001, section 2.1).
+
+Floats may search, only integers and rationals prove. This module holds the exact primitives
+the certifier and the verifier (``certify.py``) are built from:
+
+* **Dyadic matrices.** A matrix on the grid 2^-g is handled as its integer numerators N (the
+  matrix is N·2^-g): numpy int64 arrays while they fit (for the cheap steps: differences,
+  sums), flint ``fmpz_mat`` for products (multi-modular, fast), with the exponents added.
+  ``round_to_grid`` rounds a float64 matrix to the nearest grid point exactly (multiplying a
+  float by 2^g is exact, ``rint`` of a float is exact); ``grid_integers`` returns N for a matrix
+  on the grid and refuses one that is not (or rounds first, with ``nearest=True``).
+* **Row and column sums** of integer matrices (ℓ1 and squared ℓ2), as Python integers.
+* **Square roots from above.** ``sqrt_upper(q)`` = y/2^b with y = ⌈√⌈q·4^b⌉⌉ (integer square
+  root): y² ≥ ⌈q·4^b⌉ ≥ q·4^b, hence (y/2^b)² ≥ q, and y/2^b < √q + 2^-b + 2^-b.
+* **Logarithms from below.** ``log2_lower_bound(x)`` for an integer x ≥ 2: with 2^e ≤ x < 2^(e+1),
+  y = x/2^e ∈ [1, 2) and z = (y − 1)/(y + 1) ∈ [0, 1/3),
+
+      ln y = 2·Σ_{j≥0} z^(2j+1)/(2j+1)           (every term ≥ 0: a partial sum is a lower bound)
+      ln 2 = 2·Σ_{j≥0} 3^-(2j+1)/(2j+1)          (a partial sum up to j < J plus the tail bound
+             ≤ 2·3^-(2J+1)/((2J+1)·(1 − 1/9)) is an upper bound)
+
+  so log₂ x = e + ln y/ln 2 ≥ e + (partial sum)/(ln 2 upper bound). J = 48 terms leave less than
+  2^-150. The result is then rounded down to a multiple of 2^-64 and lowered by one more 2^-64
+  (a margin the verifier's check below needs); for a power of two the exact integer e is returned.
+* **Checking a logarithm bound with integers only.** ``log2_lower_bound_holds(a/2^s, x)`` decides
+  2^(a/2^s) ≤ x, i.e. 2^a ≤ x^(2^s), without forming x^(2^s): it squares s times, keeping the top
+  256 bits and truncating (a lower bound of x^(2^s) of the form m·2^f), and tests m·2^f ≥ 2^a.
+  Truncation only lowers the left side, so "holds" is a proof; it can say "does not hold" for a
+  true bound only within a relative 2^-190 of x^(2^s), which the certifier's margin of a factor
+  2 (one unit of 2^-64 in the exponent) excludes. This is the verifier's route, independent of
+  the series used by the certifier.
+* **Decimal renderings.** ``decimal_ceil(q, digits=12)`` is the smallest decimal with ``digits``
+  significant digits that is ≥ q (for upper bounds), ``decimal_floor`` the largest that is ≤ q
+  (for lower bounds); ``decimal_string`` writes a decimal-valued rational exactly.
+* **JSON fractions.** {"numerator": "…", "denominator": "…"} with decimal-integer strings.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import flint
+import gmpy2
+import numpy as np
+
+from pure_dp_mf.errors import InvalidInputError
+
+Rational = Fraction | gmpy2.mpq | int
+
+LOG_BITS = 64
+_SERIES_TERMS = 48
+_SQUARING_BITS = 256
+_INTEGER = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
+def mpq(value: Rational) -> gmpy2.mpq:
+    """A gmpy2 rational from an int, Fraction or mpq (never from a float)."""
+    if isinstance(value, float):
+        raise InvalidInputError("exact arithmetic refuses floats")
+    if isinstance(value, Fraction):
+        return gmpy2.mpq(value.numerator, value.denominator)
+    return gmpy2.mpq(value)
+
+
+def fraction(value: Rational) -> Fraction:
+    """A ``fractions.Fraction`` from an int, Fraction or mpq."""
+    value = mpq(value)
+    return Fraction(int(value.numerator), int(value.denominator))
+
+
+def floor(value: Rational) -> int:
+    """⌊value⌋, exactly (gmpy2's floor/ceil of an mpq go through a 53-bit float: never use them)."""
+    q = mpq(value)
+    return int(q.numerator) // int(q.denominator)
+
+
+def ceil(value: Rational) -> int:
+    """⌈value⌉, exactly."""
+    q = mpq(value)
+    return -(-int(q.numerator) // int(q.denominator))
+
+
+# ------------------------------------------------------------------ dyadic matrices
+
+
+def round_to_grid(matrix: np.ndarray, *, grid_bits: int) -> tuple[np.ndarray, bool]:
+    """(M̃, changed): M̃ = round(M·2^g)·2^-g in float64 (exact), and whether any entry moved.
+
+    Every float64 multiple of 2^-g with |value| < 2^(1023-g) is representable, so M̃ is the
+    exact nearest grid point (ties to even) of every entry of M.
+    """
+    array = np.asarray(matrix, dtype=np.float64)
+    if not np.all(np.isfinite(array)):
+        raise InvalidInputError("cannot round a matrix with NaN or infinity to a grid")
+    scaled = np.ldexp(array, grid_bits)
+    if not np.all(np.isfinite(scaled)):
+        raise InvalidInputError(f"matrix entries are too large for the grid 2^-{grid_bits}")
+    rounded = np.rint(scaled)
+    return np.ldexp(rounded, -grid_bits), not np.array_equal(rounded, scaled)
+
+
+def grid_integers(matrix: np.ndarray, *, grid_bits: int, nearest: bool = False, name: str = "matrix") -> np.ndarray:
+    """N with matrix = N·2^-g exactly, as an int64 array (object array of Python ints when an
+    entry reaches 2^62). ``nearest=True`` rounds to the nearest grid point first; otherwise a
+    matrix off the grid is refused."""
+    array = np.asarray(matrix, dtype=np.float64)
+    if nearest:
+        array = round_to_grid(array, grid_bits=grid_bits)[0]
+    scaled = np.ldexp(array, grid_bits)
+    if not np.all(np.isfinite(scaled)) or not np.array_equal(np.rint(scaled), scaled):
+        raise InvalidInputError(f"{name} is not on the grid 2^-{grid_bits}")
+    if np.all(np.abs(scaled) < 2.0**62):
+        return scaled.astype(np.int64)
+    return np.array([[int(v) for v in row] for row in scaled.tolist()], dtype=object)  # int(float) is exact
+
+
+def integer_matrix(values: np.ndarray) -> flint.fmpz_mat:
+    """An ``fmpz_mat`` from an integer array (int64 or object of Python ints), exactly."""
+    array = np.asarray(values)
+    rows, columns = array.shape
+    return flint.fmpz_mat(rows, columns, [int(v) for v in array.ravel().tolist()] if array.dtype == object else array.ravel().tolist())
+
+
+def rows_of(matrix: flint.fmpz_mat) -> list[list]:
+    """The entries of an ``fmpz_mat`` row by row (flint integers: exact, with Python arithmetic)."""
+    return matrix.tolist()
+
+
+def row_sums_of_squares(rows: list[list[int]]) -> list[int]:
+    """Σ_j N_ij² for every row i."""
+    return [int(sum(v * v for v in row)) for row in rows]
+
+
+def row_abs_sums(rows: list[list[int]]) -> list[int]:
+    """Σ_j |N_ij| for every row i."""
+    return [int(sum(abs(v) for v in row)) for row in rows]
+
+
+def column_abs_sums(rows) -> list[int]:
+    """Σ_i |N_ij| for every column j (rows: a list of rows or an integer array)."""
+    return [sum(abs(int(v)) for v in column) for column in zip(*rows)]
+
+
+# ------------------------------------------------------------------ square roots, logarithms
+
+
+def sqrt_upper(value: Rational, *, bits: int = 128) -> gmpy2.mpq:
+    """A rational r = y/2^bits with r² ≥ value and r < √value + 2^(1-bits) (value ≥ 0)."""
+    q = mpq(value)
+    if q < 0:
+        raise InvalidInputError("square root of a negative number")
+    target = gmpy2.mpz(ceil(q * gmpy2.mpz(4) ** bits))
+    y = gmpy2.isqrt(target)
+    if y * y < target:
+        y += 1
+    return gmpy2.mpq(y, gmpy2.mpz(2) ** bits)
+
+
+def _atanh_series(z: gmpy2.mpq, terms: int) -> gmpy2.mpq:
+    """2·Σ_{j<terms} z^(2j+1)/(2j+1)."""
+    total, power, square = gmpy2.mpq(0), z, z * z
+    for j in range(terms):
+        total += power / (2 * j + 1)
+        power *= square
+    return 2 * total
+
+
+def log2_lower_bound(x: int) -> gmpy2.mpq:
+    """A rational a/2^64 ≤ log₂ x (x ≥ 2 an integer), within 2^-62 (see the module docstring)."""
+    x = int(x)
+    if x < 2:
+        raise InvalidInputError(f"log2 lower bounds need an integer x >= 2, got {x}")
+    e = x.bit_length() - 1
+    if x == 1 << e:
+        return gmpy2.mpq(e)
+    z = gmpy2.mpq(x - (1 << e), x + (1 << e))
+    ln_y_lower = _atanh_series(z, _SERIES_TERMS)
+    third = gmpy2.mpq(1, 3)
+    tail = 2 * third ** (2 * _SERIES_TERMS + 1) / ((2 * _SERIES_TERMS + 1) * (1 - third * third))
+    ln_2_upper = _atanh_series(third, _SERIES_TERMS) + tail
+    bound = e + ln_y_lower / ln_2_upper
+    scale = gmpy2.mpz(2) ** LOG_BITS
+    return gmpy2.mpq(floor(bound * scale) - 1, scale)
+
+
+def log2_lower_bound_holds(bound: Rational, x: int) -> bool:
+    """Decide ``bound ≤ log₂ x`` with integers only, for bound = a/2^s (s ≤ 64), x ≥ 2.
+
+    Returns True only when proven (truncated repeated squaring, see the module docstring).
+    Raises ``InvalidInputError`` for a bound whose denominator is not a power of two ≤ 2^64.
+    """
+    q = mpq(bound)
+    denominator = int(q.denominator)
+    s = denominator.bit_length() - 1
+    if denominator != 1 << s or s > LOG_BITS:
+        raise InvalidInputError(f"a log2 bound must have a power-of-two denominator <= 2^{LOG_BITS}, got {q}")
+    a = int(q.numerator)
+    if a <= 0:
+        return x >= 1
+    mantissa, exponent = int(x), 0
+    for _ in range(s):
+        mantissa *= mantissa
+        exponent *= 2
+        excess = mantissa.bit_length() - _SQUARING_BITS
+        if excess > 0:
+            mantissa >>= excess
+            exponent += excess
+    # mantissa·2^exponent ≤ x^(2^s); is it ≥ 2^a?
+    if a <= exponent:
+        return True
+    return mantissa >= 1 << (a - exponent)
+
+
+# ------------------------------------------------------------------ decimals and JSON fractions
+
+
+def _decimal_exponent(q: gmpy2.mpq) -> int:
+    """e with 10^e ≤ q < 10^(e+1), for q > 0."""
+    e = len(str(floor(q))) - 1 if q >= 1 else -len(str(floor(1 / q)))
+    while gmpy2.mpq(10) ** e > q:
+        e -= 1
+    while gmpy2.mpq(10) ** (e + 1) <= q:
+        e += 1
+    return e
+
+
+def decimal_ceil(value: Rational, *, digits: int = 12, extra_units: int = 0) -> gmpy2.mpq:
+    """The smallest decimal with ``digits`` significant digits that is ≥ value, plus
+    ``extra_units`` units in its last place (value ≥ 0)."""
+    q = mpq(value)
+    if q < 0:
+        raise InvalidInputError("decimal_ceil expects a non-negative value")
+    if q == 0:
+        return gmpy2.mpq(0)
+    shift = digits - 1 - _decimal_exponent(q)
+    scale = gmpy2.mpq(10) ** shift
+    return gmpy2.mpq(ceil(q * scale) + extra_units) / scale
+
+
+def decimal_floor(value: Rational, *, digits: int = 12) -> gmpy2.mpq:
+    """The largest decimal with ``digits`` significant digits that is ≤ value (value > 0), for
+    renderings of lower bounds."""
+    q = mpq(value)
+    if q <= 0:
+        raise InvalidInputError("decimal_floor expects a positive value")
+    scale = gmpy2.mpq(10) ** (digits - 1 - _decimal_exponent(q))
+    return gmpy2.mpq(floor(q * scale)) / scale
+
+
+def decimal_string(value: Rational) -> str:
+    """The exact decimal expansion of a rational whose denominator divides a power of ten."""
+    q = mpq(value)
+    denominator = int(q.denominator)
+    twos = (denominator & -denominator).bit_length() - 1
+    rest, fives = denominator >> twos, 0
+    while rest % 5 == 0:
+        rest, fives = rest // 5, fives + 1
+    if rest != 1:
+        raise InvalidInputError(f"{q} has no finite decimal expansion")
+    places = max(twos, fives)
+    digits = int(q.numerator) * (10**places // denominator)
+    sign, digits = ("-" if digits < 0 else ""), str(abs(digits)).rjust(places + 1, "0")
+    if places == 0:
+        return sign + digits
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def parse_decimal(text: object) -> Fraction | None:
+    """The exact value of a non-negative decimal string, or None if it is not one."""
+    if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
+        return None
+    return Fraction(text)
+
+
+def fraction_to_json(value: Rational) -> dict:
+    """{"numerator": "…", "denominator": "…"} (reduced)."""
+    q = mpq(value)
+    return {"numerator": str(int(q.numerator)), "denominator": str(int(q.denominator))}
+
+
+def fraction_from_json(document: object) -> Fraction | None:
+    """The Fraction of a {"numerator", "denominator"} document of integer strings, or None."""
+    if not isinstance(document, dict):
+        return None
+    numerator, denominator = document.get("numerator"), document.get("denominator")
+    if not (isinstance(numerator, str) and isinstance(denominator, str)):
+        return None
+    if not (_INTEGER.fullmatch(numerator) and _INTEGER.fullmatch(denominator)) or int(denominator) <= 0:
+        return None
+    return Fraction(int(numerator), int(denominator))
