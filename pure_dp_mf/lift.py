@@ -1,0 +1,953 @@
+"""The diamond-alpha lifting: factorizations of T_n for any n from one base (paper 001, section 2).
+
+Paper 001, Lemma 2.3 / Construction 2.4: from A·B = T_n (A: n×r) and C·D = T_k (C: k×s) and any
+α > 0, ``diamond`` builds (L, R) = (A, B) ◇α (C, D) with L·R = T_N, N = 2kn + n + k, inner size
+M = (2k+1)·r + s, and (Theorem 2.1's proof)
+
+    ‖L‖₂→∞² = ‖A‖₂→∞² + α²‖C‖₂→∞²,   ‖L‖_F² = (2k+1)‖A‖_F² + (2n+1)α²‖C‖_F²,
+    ‖R‖₁→₁ = ‖B‖₁→₁ + ‖D‖₁→₁/α.
+
+Repeating with a fixed base (A, B) = (L_1, R_1) of T_k, (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} (A, B),
+gives sizes N_i = ((2k+1)^i − 1)/2 (N_{i+1} = (2k+1)N_i + k) and inner sizes
+M_i = r·((2k+1)^i − 1)/(2k) (M_{i+1} = (2k+1)M_i + r). Paper 001's section 3 states
+M_p = (r + (k+r)/(2k))(2k+1)^{p−1} − (k+r)/(2k), i.e. M_{i+1} = (2k+1)M_i + r + k: that count
+belongs to a variant with one extra all-zero inner column per group; this module uses
+Construction 2.4 as defined in section 2 (no zero columns), which changes no cost.
+
+A factorization of T_n for any n is the p-fold lift, p the least level with N_p ≥ n, truncated to
+the first n rows of L_p and the first n columns of R_p (then L_p[:n]·R_p[:, :n] = T_n because T is
+lower triangular). ``lift_plan`` computes every cost of that truncation in O(p) operations without
+building a matrix (see ``_Profile`` for the recursion and its proof), in float64 or, for an exact
+base, exactly in rationals.
+
+Exactness: floats may search; only integers and rationals prove. Every α used by ``lift_plan`` is
+a dyadic rational with 32 significant bits (exactly representable in float64), so the float plan
+and the exact plan of the same base use the same α and the same matrices.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+import numbers
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+import numpy as np
+import scipy.sparse
+
+from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.costs import (
+    FactorizationCosts,
+    frobenius_norm_squared_exact,
+    max_column_abs_sum_exact,
+    row_norms_squared,
+)
+from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
+from pure_dp_mf.factorization import DEFAULT_TOLERANCE, METRICS, Factorization
+from pure_dp_mf.validation import check_positive, check_size
+
+#: An exact factorization: (decoder, encoder) as numpy object arrays of ``int`` / ``Fraction``.
+ExactPair = tuple[np.ndarray, np.ndarray]
+Operand = Union[Factorization, ExactPair]
+Number = Union[float, Fraction]
+
+ALPHA_BITS = 32  # significant bits of every α chosen by lift_plan
+ALPHA_RULES = ("paper", "truncated")  # see LiftedFamily.plan
+MAX_EXPLICIT_ENTRIES = 50_000_000  # explicit_lift refuses larger dense matrices
+SHIPPED_DIRECTORY = Path(__file__).resolve().parent.parent / "base_factorizations"
+
+
+# ---------------------------------------------------------------------------------------------
+# Operands: a float Factorization or an exact (decoder, encoder) pair.
+
+
+def _exact_entry(value, *, name: str):
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, Fraction):
+        return value.numerator if value.denominator == 1 else value
+    raise InvalidInputError(f"{name} has a non-exact entry {value!r} ({type(value).__name__}); use int or Fraction")
+
+
+def _exact_matrix(matrix, *, name: str) -> np.ndarray:
+    array = np.asarray(matrix)
+    if array.ndim != 2 or 0 in array.shape:
+        raise InvalidInputError(f"{name} must be a non-empty 2-dimensional matrix, got shape {array.shape}")
+    if array.dtype != object and not np.issubdtype(array.dtype, np.integer):
+        raise InvalidInputError(f"{name} has dtype {array.dtype}; an exact matrix holds int or Fraction entries")
+    out = np.empty(array.shape, dtype=object)
+    for index, value in np.ndenumerate(array):
+        out[index] = _exact_entry(value, name=name)
+    return out
+
+
+def is_exact(operand: Operand) -> bool:
+    """True for an exact (decoder, encoder) pair, False for a ``Factorization`` (float64)."""
+    return not isinstance(operand, Factorization)
+
+
+def _matrices(operand: Operand, *, name: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(L, R, exact): dense float64 arrays for a Factorization, object arrays for an exact pair."""
+    if isinstance(operand, Factorization):
+        decoder, encoder = operand.dense()
+        return decoder, encoder, False
+    if not (isinstance(operand, (tuple, list)) and len(operand) == 2):
+        raise InvalidInputError(
+            f"{name} must be a Factorization or an exact (decoder, encoder) pair, got {type(operand).__name__}"
+        )
+    decoder = _exact_matrix(operand[0], name=f"{name} decoder")
+    encoder = _exact_matrix(operand[1], name=f"{name} encoder")
+    if encoder.shape != decoder.shape[::-1]:
+        raise InvalidInputError(
+            f"{name}: decoder is {decoder.shape} but encoder is {encoder.shape}; expected {decoder.shape[::-1]}"
+        )
+    return decoder, encoder, True
+
+
+def as_exact(factorization: Factorization) -> ExactPair:
+    """The exact pair of a float factorization's entries (every float64 is a dyadic rational).
+
+    Only useful when those rationals factor T_n exactly (0/1 tree factorizations, dyadic grids).
+    """
+    decoder, encoder = factorization.dense()
+    convert = np.vectorize(lambda x: _exact_entry(Fraction(float(x)), name="entry"), otypes=[object])
+    return convert(decoder), convert(encoder)
+
+
+def check_factorizes(operand: Operand, *, name: str = "base", tolerance: float = DEFAULT_TOLERANCE) -> int:
+    """Raise ``NotAFactorizationError`` unless L·R = T_n (exactly for an exact pair, else within
+    ``tolerance`` in max-entry norm); return n."""
+    decoder, encoder, exact = _matrices(operand, name=name)
+    n = decoder.shape[0]
+    if not exact:
+        operand.validate(tolerance=tolerance)
+        return n
+    difference = decoder.dot(encoder) - np.tri(n, dtype=np.int64).astype(object)
+    bad = [(i, j) for (i, j), value in np.ndenumerate(difference) if value != 0]
+    if bad:
+        i, j = bad[0]
+        raise NotAFactorizationError(
+            f"{name}: L·R is not T_{n} exactly ({len(bad)} wrong entries, first at ({i}, {j}): "
+            f"{difference[i, j] + (1 if j <= i else 0)} instead of {1 if j <= i else 0})"
+        )
+    return n
+
+
+def _as_alpha(alpha, *, exact: bool) -> Number:
+    """α > 0 as a Fraction (exact operands: only int or Fraction accepted) or a float."""
+    if exact:
+        if isinstance(alpha, bool) or not isinstance(alpha, (numbers.Integral, Fraction)):
+            raise InvalidInputError(f"alpha must be an int or a Fraction for exact operands, got {alpha!r}")
+        alpha = Fraction(alpha)
+        if alpha <= 0:
+            raise InvalidInputError(f"alpha must be positive, got {alpha}")
+        return alpha
+    if isinstance(alpha, Fraction):
+        alpha = float(alpha)
+    return check_positive(alpha, name="alpha")
+
+
+# ---------------------------------------------------------------------------------------------
+# The diamond operation (Construction 2.4).
+
+
+def diamond(
+    *, first: Operand, second: Operand, alpha, check: bool = True, tolerance: float = DEFAULT_TOLERANCE
+) -> Operand:
+    """(A, B) ◇α (C, D): a factorization of T_N, N = 2kn + n + k (paper 001, Construction 2.4).
+
+    ``first`` = (A, B) factors T_n (A: n×r), ``second`` = (C, D) factors T_k (C: k×s), α > 0.
+    Two ``Factorization`` operands give a float64 dense ``Factorization``; two exact pairs (object
+    arrays of int/Fraction, α an int or Fraction) give an exact pair; a mixed call is float.
+    With ``check`` both operands are first verified to factor T_n and T_k.
+
+    Block layout (0-based; E reverses order, so E·A is A with its rows reversed and B·E is B with
+    its columns reversed). Rows of L / columns of R: N = n + k·(2n+1). Inner index: M = (2k+1)r + s.
+
+    * rows [0, n): the head block, L = A in inner columns [0, r);
+    * for each group g = 0..k−1, with row offset o_g = n + g(2n+1) and inner offset q_g = r + 2gr:
+      - rows o_g + [0, n): the reversed block −E·A in inner columns q_g + [0, r)
+        (row o_g + u holds −A[n−1−u]);
+      - row o_g + n: zero in the diagonal part (the last row of Ā = [E·A; 0]);
+      - rows o_g + n+1 + [0, n): the forward block A in inner columns q_g + r + [0, r);
+      - all 2n+1 rows of the group: α·C[g] in the coarse inner columns [(2k+1)r, (2k+1)r + s)
+        (this is α·C⊗1_{2n+1} below the n head rows).
+    * R = diag(B, B̄, B, B̄, …, B) over the coarse rows: inner rows [0, r) hold B in columns
+      [0, n); inner rows q_g + [0, r) hold B̄ = [0, B·E] in columns g(2n+1) + n + [0, n+1)
+      (column g(2n+1)+n is zero, column g(2n+1)+n+1+v holds B[:, n−1−v]); inner rows
+      q_g + r + [0, r) hold B in columns (g+1)(2n+1) + [0, n); the coarse inner rows
+      [(2k+1)r, (2k+1)r + s) hold D[:, g]/α in the 2n+1 columns [g(2n+1), (g+1)(2n+1)) for every
+      g, and zero in the last n columns (this is [(1/α)D⊗1ᵀ_{2n+1}, 0]).
+
+    So L·z for z = (z_head, z_1, z_1', …, z_k, z_k', z_coarse) is: A·z_head, then for each group g
+    the rows of −A·z_g in reverse order, a 0, the rows of A·z_g', each plus α·(C·z_coarse)[g].
+
+    Why L·R = T_N (Lemma 2.3): the diagonal parts multiply to diag(T_n, −U_{n+1}, T_n, …, T_n)
+    (Ā·B̄ = [[0, E·T_n·E], [0, 0]] = U_{n+1}, the strictly upper all-ones matrix), the coarse parts
+    to [[0, 0], [T_k⊗J_{2n+1}, 0]], and their sum is T_N (checked exactly in tests/test_lift.py).
+    """
+    A, B, exact_first = _matrices(first, name="first")
+    C, D, exact_second = _matrices(second, name="second")
+    exact = exact_first and exact_second
+    if check:
+        check_factorizes(first, name="first", tolerance=tolerance)
+        check_factorizes(second, name="second", tolerance=tolerance)
+    a = _as_alpha(alpha, exact=exact)
+    if exact:
+        return _diamond_matrices(A, B, C, D, a, kind="exact")
+    L, R = _diamond_matrices(*(np.asarray(m, dtype=np.float64) for m in (A, B, C, D)), a, kind="dense")
+    made_by = {"operation": "diamond", "alpha": float(a), "first_n": A.shape[0], "second_n": C.shape[0]}
+    return Factorization(decoder=L, encoder=R, metadata={"made_by": made_by})
+
+
+def _diamond_matrices(A, B, C, D, a, *, kind: str):
+    """(L, R) of (A, B) ◇_a (C, D) in the layout documented in ``diamond``.
+
+    ``kind``: "exact" (object arrays), "dense" (float64 arrays) or "sparse" (float64 CSR; A and B
+    may be CSR). The blocks are listed once and assembled by ``_assemble``.
+    """
+    n, r = A.shape
+    k, s = C.shape
+    N, M = 2 * k * n + n + k, (2 * k + 1) * r + s
+    backwards = np.arange(n)[::-1]
+    coarse = (2 * k + 1) * r
+    decoder_blocks, encoder_blocks = [(0, 0, A)], [(0, 0, B)]
+    for g in range(k):
+        o, q, c = n + g * (2 * n + 1), r + 2 * g * r, g * (2 * n + 1)
+        decoder_blocks += [
+            (o, q, -A[backwards]),  # −E·A: the reversed block
+            (o + n + 1, q + r, A),  # the forward block
+            (o, coarse, np.tile(a * C[g], (2 * n + 1, 1))),  # α·C[g] on the group's 2n+1 rows
+        ]
+        encoder_blocks += [
+            (q, c + n + 1, B[:, backwards]),  # B·E: B̄ = [0, B·E] without its zero column
+            (q + r, c + 2 * n + 1, B),
+            (coarse, c, np.tile((D[:, g] / a)[:, None], (1, 2 * n + 1))),  # D[:, g]/α on 2n+1 columns
+        ]
+    return _assemble((N, M), decoder_blocks, kind=kind), _assemble((M, N), encoder_blocks, kind=kind)
+
+
+def _assemble(shape, blocks, *, kind: str):
+    if kind == "sparse":
+        rows, columns, values = [], [], []
+        for row, column, block in blocks:
+            block = scipy.sparse.coo_matrix(block)
+            rows.append(block.row + row)
+            columns.append(block.col + column)
+            values.append(block.data)
+        return scipy.sparse.csr_matrix(
+            (np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=shape
+        )
+    out = np.zeros(shape, dtype=object if kind == "exact" else np.float64)
+    for row, column, block in blocks:
+        block = block.toarray() if scipy.sparse.issparse(block) else block
+        out[row : row + block.shape[0], column : column + block.shape[1]] = block
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Norm summaries and the optimal alpha.
+
+
+@dataclass(frozen=True)
+class LevelNorms:
+    """The three quantities the costs of a factorization T_size = L·R depend on (float or exact)."""
+
+    size: int
+    max_row_norm_squared: Number  # ‖L‖₂→∞²
+    frobenius_squared: Number  # ‖L‖_F²
+    sensitivity: Number  # ‖R‖₁→₁
+
+
+def level_norms(operand: Operand) -> LevelNorms:
+    """``LevelNorms`` of a Factorization (float64) or of an exact pair (Fractions)."""
+    decoder, encoder, exact = _matrices(operand, name="factorization")
+    if exact:
+        rows = [sum((Fraction(x) ** 2 for x in row), Fraction(0)) for row in decoder]
+        return LevelNorms(
+            size=decoder.shape[0],
+            max_row_norm_squared=max(rows),
+            frobenius_squared=frobenius_norm_squared_exact(decoder),
+            sensitivity=max_column_abs_sum_exact(encoder),
+        )
+    rows = row_norms_squared(decoder)
+    return LevelNorms(
+        size=decoder.shape[0],
+        max_row_norm_squared=float(rows.max()),
+        frobenius_squared=float(rows.sum()),
+        sensitivity=float(np.abs(encoder).sum(axis=0).max()),
+    )
+
+
+def _norms_of(costs, *, name: str) -> LevelNorms:
+    if isinstance(costs, LevelNorms):
+        return costs
+    if isinstance(costs, FactorizationCosts):
+        return LevelNorms(
+            size=costs.n,
+            max_row_norm_squared=costs.decoder_max_row_norm**2,
+            frobenius_squared=costs.decoder_frobenius_norm**2,
+            sensitivity=costs.encoder_max_column_sum,
+        )
+    raise InvalidInputError(f"{name} must be LevelNorms or FactorizationCosts, got {type(costs).__name__}")
+
+
+def _check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {metric!r}; expected one of {METRICS}")
+    return metric
+
+
+def optimal_alpha(*, first_costs: LevelNorms | FactorizationCosts, second_costs: LevelNorms | FactorizationCosts, metric: str) -> float:
+    """The α > 0 minimising the c₂ (``maxse``) or c_F (``meanse``) cost of first ◇α second.
+
+    With the identities of Theorem 2.1, both costs squared are, up to the constant factor 1/N for
+    c_F, g(α) = (a + α²c)·(b + d/α)² with b = ‖B‖₁→₁, d = ‖D‖₁→₁ and
+    ``maxse``: a = ‖A‖₂→∞², c = ‖C‖₂→∞²; ``meanse``: a = (2k+1)‖A‖_F², c = (2n+1)‖C‖_F²
+    (n = first's size, k = second's size).
+
+    Claim: for a, b, c, d > 0 the unique minimiser is α* = (a·d / (b·c))^{1/3}, and
+    g(α*) = ((a·b²)^{1/3} + (c·d²)^{1/3})³.
+    Proof: (log g)'(α) = 2αc/(a + α²c) − 2d/(α(bα + d)) = 2(bcα³ − ad) / (α(a + α²c)(bα + d)),
+    whose sign is that of bcα³ − ad: negative below α*, positive above, so α* is the unique
+    minimum on (0, ∞). Writing u = (ab²)^{1/3}, v = (cd²)^{1/3}: a + α*²c = a^{2/3}b^{−2/3}(u + v)
+    and b + d/α* = a^{−1/3}b^{1/3}(u + v), hence g(α*) = (u + v)³. (For ``maxse`` this is
+    Theorem 2.1's c₂^{2/3} ≤ c₂(A,B)^{2/3} + c₂(C,D)^{2/3} with equality at α*.)
+    """
+    metric = _check_metric(metric)
+    first = _norms_of(first_costs, name="first_costs")
+    second = _norms_of(second_costs, name="second_costs")
+    if metric == "maxse":
+        a, c = float(first.max_row_norm_squared), float(second.max_row_norm_squared)
+    else:
+        a = (2 * second.size + 1) * float(first.frobenius_squared)
+        c = (2 * first.size + 1) * float(second.frobenius_squared)
+    b, d = float(first.sensitivity), float(second.sensitivity)
+    if not min(a, b, c, d) > 0:
+        raise InvalidInputError("optimal_alpha needs nonzero norms (a factorization of T_n has them)")
+    return (a * d / (b * c)) ** (1.0 / 3.0)
+
+
+def dyadic(value: float, *, bits: int = ALPHA_BITS) -> Fraction:
+    """``value`` > 0 rounded to ``bits`` significant bits: a dyadic Fraction exactly equal to a float64."""
+    mantissa, exponent = math.frexp(check_positive(value, name="alpha"))
+    return Fraction(round(mantissa * 2**bits)) * Fraction(2) ** (exponent - bits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Implicit per-row / per-column structure of the p-fold lift.
+
+
+class _Profile:
+    """Range sums and maxima of a per-entry quantity of the p-fold lift, in O(p) per query.
+
+    Two quantities are tracked, each a nonnegative sequence of length N_i at level i:
+    ρ_i(t) = ‖(L_i)_t‖₂² (row norms squared) and γ_i(j) = ‖(R_i)_{:, j}‖₁ (column ℓ1 norms).
+
+    Recursion (from the block layout of ``diamond`` with first = level i, second = the base,
+    N = N_i, α = α_i, v = the base's sequence ρ_1 or γ_1, w_g the coarse weight of group g):
+
+    * rows:    ρ_{i+1} = ρ_i, then for g = 0..k−1: (reverse of ρ_i, 0, ρ_i) + w_g, w_g = α²·ρ_1(g);
+    * columns: γ_{i+1} = for g = 0..k−1: (γ_i, 0, reverse of γ_i) + w_g, then γ_i; w_g = γ_1(g)/α.
+
+    Rows: a row of L_{i+1} in group g is a row of ±(E·)L_i (or the zero row of Ā) beside
+    α·C[g] on disjoint inner columns, so its squared norm is the sum. Columns: a column of R_{i+1}
+    in coarse group g is a column of B, of B·E or the zero column of B̄, stacked over D[:, g]/α on
+    disjoint inner rows, so the ℓ1 norms add; the last N columns carry no coarse part.
+
+    A prefix query (first m entries) at level i+1 walks these segments: whole segments and whole
+    groups use the level-i totals S_i = Σρ_i and maxima M_i = max ρ_i (a whole group g adds
+    2S_i + (2N+1)w_g to the sum and M_i + w_g to the max, as M_i ≥ 0 = the zero entry), and the
+    one partial segment is a prefix (forward copy) or a suffix (reversed copy) query at level i;
+    suffix queries are symmetric. Each query therefore recurses once per level: O(p) operations
+    (group prefix sums/maxima of v are precomputed in O(k)). The same arithmetic runs on floats
+    or, for an exact base and dyadic α, on Fractions, so exact results are exact.
+    """
+
+    def __init__(self, *, values: Sequence[Number], rows: bool):
+        self.rows = rows
+        self.k = len(values)
+        zero = values[0] * 0
+        self.prefix_sum, self.prefix_max = [zero], [None]
+        for value in values:
+            self.prefix_sum.append(self.prefix_sum[-1] + value)
+            self.prefix_max.append(value if self.prefix_max[-1] is None else max(self.prefix_max[-1], value))
+        self.suffix_sum, self.suffix_max = [zero], [None]
+        for value in reversed(values):
+            self.suffix_sum.append(self.suffix_sum[-1] + value)
+            self.suffix_max.append(value if self.suffix_max[-1] is None else max(self.suffix_max[-1], value))
+        self.values = list(values)
+        self.sizes = [self.k]  # N_1, N_2, ...
+        self.totals = [self.prefix_sum[-1]]
+        self.maxima = [self.prefix_max[-1]]
+        self.scales: list[Number] = []  # coarse weight scale of level i+1 (α² for rows, 1/α for columns)
+        self.zero = zero
+        # segment kinds of level i+1: 'F' = level i, 'R' = level i reversed, 'Z' = one zero entry
+        self.head, self.group, self.tail = (("F",), ("R", "Z", "F"), ()) if rows else ((), ("F", "Z", "R"), ("F",))
+
+    def next_totals(self, level: int, scale: Number) -> tuple[Number, Number]:
+        """(Σ, max) of level+1 built on ``level`` with coarse scale ``scale`` (Theorem 2.1's
+        identities: Σ' = (2k+1)Σ + (2N+1)·scale·Σv, max' = max + scale·max v)."""
+        N, S, M = self.sizes[level - 1], self.totals[level - 1], self.maxima[level - 1]
+        return (2 * self.k + 1) * S + (2 * N + 1) * scale * self.prefix_sum[-1], M + scale * self.prefix_max[-1]
+
+    def add_level(self, scale: Number) -> None:
+        total, maximum = self.next_totals(len(self.sizes), scale)
+        self.scales.append(scale)
+        self.sizes.append((2 * self.k + 1) * self.sizes[-1] + self.k)
+        self.totals.append(total)
+        self.maxima.append(maximum)
+
+    # A query returns (sum, max) over a range, max None for an empty range. ``scale`` replaces the
+    # coarse scale of the queried level only (the levels below keep theirs).
+    def prefix(self, level: int, m: int, scale: Number | None = None) -> tuple[Number, Number | None]:
+        if level == 1:
+            return self.prefix_sum[m], self.prefix_max[m]
+        return self._walk(level, m, from_end=False, scale=scale)
+
+    def suffix(self, level: int, m: int) -> tuple[Number, Number | None]:
+        if level == 1:
+            return self.suffix_sum[m], self.suffix_max[m]
+        return self._walk(level, m, from_end=True)
+
+    def _walk(self, level: int, m: int, *, from_end: bool, scale: Number | None = None):
+        i = level - 1  # the level the segments copy
+        N, S, M = self.sizes[i - 1], self.totals[i - 1], self.maxima[i - 1]
+        scale = self.scales[i - 1] if scale is None else scale
+        state = [self.zero, None, m]  # sum, max, remaining
+
+        def add(piece_sum, piece_max, count, weight):
+            state[0] += piece_sum + count * weight
+            if piece_max is not None:
+                candidate = piece_max + weight
+                state[1] = candidate if state[1] is None else max(state[1], candidate)
+            state[2] -= count
+
+        def take(segments, weight):
+            for kind in reversed(segments) if from_end else segments:
+                remaining = state[2]
+                if remaining == 0:
+                    return
+                if kind == "Z":
+                    add(self.zero, self.zero, 1, weight)
+                elif remaining >= N:
+                    add(S, M, N, weight)
+                else:  # the one partial segment: recurse one level down
+                    forward = (kind == "F") != from_end
+                    piece = self.prefix(i, remaining) if forward else self.suffix(i, remaining)
+                    add(piece[0], piece[1], remaining, weight)
+
+        period = 2 * N + 1
+        take(self.tail if from_end else self.head, self.zero)
+        whole = min(self.k, state[2] // period)
+        if whole:  # whole groups: 2 copies of level i, one zero entry, weights w_g on all 2N+1 entries
+            sums, maxima = (self.suffix_sum, self.suffix_max) if from_end else (self.prefix_sum, self.prefix_max)
+            add(2 * whole * S, M + scale * maxima[whole], whole * period, self.zero)
+            state[0] += period * scale * sums[whole]
+        if state[2] and whole < self.k:
+            g = self.k - 1 - whole if from_end else whole
+            take(self.group, scale * self.values[g])
+        take(self.head if from_end else self.tail, self.zero)
+        if state[2]:
+            raise InvalidInputError(f"range of {m} entries exceeds level {level} (size {self.sizes[level - 1]})")
+        return state[0], state[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan: levels, alphas and costs of the truncated p-fold lift.
+
+
+def lifted_size(*, base_size: int, levels: int) -> int:
+    """N_p = ((2k+1)^p − 1)/2, the size of the p-fold lift of a base of T_k."""
+    k = check_size(base_size, name="base_size")
+    p = check_size(levels, name="levels")
+    return ((2 * k + 1) ** p - 1) // 2
+
+
+def levels_for(*, n: int, base_size: int) -> int:
+    """The least p with N_p ≥ n."""
+    n = check_size(n, name="n")
+    k = check_size(base_size, name="base_size")
+    p, size = 1, k
+    while size < n:
+        p, size = p + 1, (2 * k + 1) * size + k
+    return p
+
+
+def _costs(*, n: int, inner_size: int, epsilon: float, row_max: Number, frobenius: Number, sensitivity: Number) -> FactorizationCosts:
+    row_max, frobenius, sensitivity = float(row_max), float(frobenius), float(sensitivity)
+    c2 = math.sqrt(row_max) * sensitivity
+    cf = math.sqrt(frobenius / n) * sensitivity
+    max_se, mean_se = 2 * c2**2 / epsilon**2, 2 * cf**2 / epsilon**2
+    scale = epsilon**2 / math.log2(n) ** 3 if n >= 2 else math.nan
+    return FactorizationCosts(
+        n=n,
+        inner_size=inner_size,
+        epsilon=epsilon,
+        decoder_max_row_norm=math.sqrt(row_max),
+        encoder_max_column_sum=sensitivity,
+        decoder_frobenius_norm=math.sqrt(frobenius),
+        c2=c2,
+        cf=cf,
+        max_se=max_se,
+        mean_se=mean_se,
+        max_se_constant=max_se * scale,
+        mean_se_constant=mean_se * scale,
+    )
+
+
+@dataclass(frozen=True)
+class LiftPlan:
+    """The p-fold lift of a base of T_k truncated to n, with its α and its costs (no matrix built).
+
+    (L_1, R_1) = base, (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} base for i = 1..p−1; the mechanism
+    uses L = L_p[:n], R = R_p[:, :n]. Per-level tuples have p entries (index i−1 for level i).
+    ``sensitivity_exact`` is ‖R_p[:, :n]‖₁→₁ as an exact Fraction, for every base (a float base's
+    entries are dyadic rationals and every α is dyadic): the ℓ1 sensitivity of x ↦ R·x for streams
+    of length ≤ n, so Laplace noise z of scale sensitivity_exact/ε makes L·(R·x + z) = T_n·x + L·z
+    ε-DP (when L·R = T_n; for a float base within its residual). ``sensitivity`` is its float
+    rounding, used in ``costs``. The other ``*_exact`` fields are Fractions for an exact base
+    (else None); the floats are their roundings.
+    """
+
+    base_size: int
+    base_inner_size: int
+    metric: str
+    alpha_rule: str
+    n: int
+    epsilon: float
+    levels: int
+    sizes: tuple[int, ...]
+    inner_sizes: tuple[int, ...]
+    alphas: tuple[float, ...]
+    alphas_exact: tuple[Fraction, ...]
+    max_row_norm_squared: tuple[float, ...]
+    frobenius_squared: tuple[float, ...]
+    sensitivities: tuple[float, ...]
+    truncated_max_row_norm_squared: float
+    truncated_frobenius_squared: float
+    sensitivity: float
+    sensitivity_exact: Fraction
+    costs: FactorizationCosts
+    untruncated_costs: FactorizationCosts
+    asymptotic_constant: float
+    truncated_max_row_norm_squared_exact: Fraction | None = None
+    truncated_frobenius_squared_exact: Fraction | None = None
+    per_level_exact: dict | None = field(default=None, repr=False)
+
+    @property
+    def lifted_size(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def leading_constant(self) -> float:
+        """The plan metric's leading constant at n (MaxSE or MeanSE times ε²/log₂(n)³)."""
+        return self.costs.max_se_constant if self.metric == "maxse" else self.costs.mean_se_constant
+
+    def as_dict(self) -> dict:
+        """JSON-ready record (Fractions as "numerator/denominator" strings)."""
+        record = asdict(self)
+
+        def clean(value):
+            if isinstance(value, Fraction):
+                return f"{value.numerator}/{value.denominator}"
+            if isinstance(value, dict):
+                return {key: clean(item) for key, item in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [clean(item) for item in value]
+            return value
+
+        record = clean(record)
+        record["lifted_size"] = self.lifted_size
+        record["leading_constant"] = self.leading_constant
+        return record
+
+
+class LiftedFamily:
+    """All lifts of one base for one metric: α_i chosen level by level, costs at any n in O(p).
+
+    The α_i do not depend on the final level p (each is the ``optimal_alpha`` of level i against
+    the base, rounded to a dyadic with ``ALPHA_BITS`` significant bits), so one family serves
+    every n; ``plan(n)`` uses the least p with N_p ≥ n.
+    """
+
+    def __init__(self, *, base: Operand, metric: str, tolerance: float = DEFAULT_TOLERANCE):
+        self.metric = _check_metric(metric)
+        decoder, encoder, self.exact = _matrices(base, name="base")
+        self.k = check_factorizes(base, name="base", tolerance=tolerance)
+        self.base_inner_size = decoder.shape[1]
+        # the columns are also tracked exactly for a float base (its entries are dyadic rationals):
+        # the sensitivity sets the privacy of the noise, so it is reported exactly in every plan
+        exact_columns = [sum((abs(Fraction(x)) for x in column.tolist()), Fraction(0)) for column in encoder.T]
+        if self.exact:
+            row_values = [sum((Fraction(x) ** 2 for x in row), Fraction(0)) for row in decoder]
+        else:
+            row_values = [float(x) for x in row_norms_squared(decoder)]
+        self.rows = _Profile(values=row_values, rows=True)
+        self.columns = _Profile(values=exact_columns if self.exact else [float(x) for x in exact_columns], rows=False)
+        self.exact_columns = self.columns if self.exact else _Profile(values=exact_columns, rows=False)
+        self.base_norms = self._norms(1)
+        self.alphas_exact: list[Fraction] = []
+        self.inner_sizes = [self.base_inner_size]
+
+    def _norms(self, level: int) -> LevelNorms:
+        return LevelNorms(
+            size=self.rows.sizes[level - 1],
+            max_row_norm_squared=self.rows.maxima[level - 1],
+            frobenius_squared=self.rows.totals[level - 1],
+            sensitivity=self.columns.maxima[level - 1],
+        )
+
+    def _extend(self, levels: int) -> None:
+        while len(self.rows.sizes) < levels:
+            alpha = dyadic(optimal_alpha(first_costs=self._norms(len(self.rows.sizes)), second_costs=self.base_norms, metric=self.metric))
+            self.alphas_exact.append(alpha)
+            row_scale, column_scale = self._scaled(alpha)
+            self.rows.add_level(row_scale)
+            self.columns.add_level(column_scale)
+            if not self.exact:
+                self.exact_columns.add_level(1 / alpha)
+            self.inner_sizes.append((2 * self.k + 1) * self.inner_sizes[-1] + self.base_inner_size)
+
+    def asymptotic_constant(self) -> float:
+        """2c²/log₂(2k+1)³ = 2C²·(log₂k / log₂(2k+1))³ (Theorem 2.5), c = c₂ or c_F of the base."""
+        norms = self.base_norms
+        L2 = float(norms.max_row_norm_squared) if self.metric == "maxse" else float(norms.frobenius_squared) / self.k
+        return 2 * L2 * float(norms.sensitivity) ** 2 / math.log2(2 * self.k + 1) ** 3
+
+    def _scaled(self, alpha: Fraction) -> tuple[Number, Number]:
+        value = alpha if self.exact else float(alpha)
+        return value * value, 1 / value
+
+    def _truncated(self, p: int, n: int, alpha: Fraction) -> tuple[Number, Number, Number]:
+        """(‖L_p[:n]‖_F², ‖L_p[:n]‖₂→∞², ‖R_p[:, :n]‖₁→₁) with α_{p−1} = alpha (p ≥ 2)."""
+        row_scale, column_scale = self._scaled(alpha)
+        row_sum, row_max = self.rows.prefix(p, n, scale=row_scale)
+        return row_sum, row_max, self.columns.prefix(p, n, scale=column_scale)[1]
+
+    def _tuned_top_alpha(self, p: int, n: int) -> Fraction:
+        """α_{p−1} minimising the metric's cost of the truncation to n, levels below fixed.
+
+        As a function of t = log α the truncated cost is f(t) = X(t)·Y(t)² (times 1/n), with
+        X = max_rows(x_t + e^{2t}·y_t) (``maxse``) or Σ_rows(x_t + e^{2t}·y_t) (``meanse``) and
+        Y = max_columns(u_j + e^{−t}·v_j), all x, y, u, v ≥ 0 (``_Profile``'s recursion: a row's
+        norm² is its level-(p−1) part plus α²·its coarse part, a column's ℓ1 norm its level-(p−1)
+        part plus its coarse part/α). Each x + e^{2t}y and u + e^{−t}v is log-convex in t; sums,
+        maxima and products of log-convex functions are log-convex; so log f is convex and the
+        golden-section search below (on t, 200 steps over [−40, 40] after bracketing) converges
+        to the global minimum. The result is rounded to a dyadic α like every α of the plan.
+        """
+
+        def log_cost(alpha: Fraction) -> float:
+            row_sum, row_max, sensitivity = self._truncated(p, n, alpha)
+            return math.log(float(row_max if self.metric == "maxse" else row_sum)) + 2 * math.log(float(sensitivity))
+
+        def objective(t: float) -> float:
+            return log_cost(dyadic(math.exp(t)))
+
+        low, high = -40.0, 40.0
+        ratio = (math.sqrt(5) - 1) / 2
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        fa, fb = objective(a), objective(b)
+        for _ in range(200):
+            if fa <= fb:
+                high, b, fb = b, a, fa
+                a = high - ratio * (high - low)
+                fa = objective(a)
+            else:
+                low, a, fa = a, b, fb
+                b = low + ratio * (high - low)
+                fb = objective(b)
+            if high - low < 1e-12:
+                break
+        candidates = [dyadic(math.exp((low + high) / 2)), self.alphas_exact[p - 2]]
+        return min(candidates, key=log_cost)
+
+    def plan(self, *, n: int, epsilon: float = 1.0, alpha_rule: str = "paper") -> LiftPlan:
+        """The plan of the truncation to n of the least lift with N_p ≥ n.
+
+        ``alpha_rule``: "paper" (every α_i the level-by-level optimum of ``optimal_alpha``, as in
+        paper 001 section 3) or "truncated" (the same α_1 … α_{p−2}, and α_{p−1} minimising the
+        plan metric's cost of the truncation to n: see ``_tuned_top_alpha``; never worse).
+        """
+        n = check_size(n, name="n")
+        epsilon = check_positive(epsilon, name="epsilon")
+        if alpha_rule not in ALPHA_RULES:
+            raise InvalidInputError(f"unknown alpha_rule {alpha_rule!r}; expected one of {ALPHA_RULES}")
+        p = levels_for(n=n, base_size=self.k)
+        self._extend(p)
+        alphas = list(self.alphas_exact[: p - 1])
+        if p == 1:
+            row_sum, row_max = self.rows.prefix(1, n)
+            sensitivity = self.columns.prefix(1, n)[1]
+            sensitivity_exact = self.exact_columns.prefix(1, n)[1]
+            top = (self.rows.totals[0], self.rows.maxima[0], self.columns.maxima[0])
+        else:
+            if alpha_rule == "truncated":
+                alphas[-1] = self._tuned_top_alpha(p, n)
+            row_sum, row_max, sensitivity = self._truncated(p, n, alphas[-1])
+            sensitivity_exact = self.exact_columns.prefix(p, n, scale=1 / alphas[-1])[1]
+            row_scale, column_scale = self._scaled(alphas[-1])
+            top = (*self.rows.next_totals(p - 1, row_scale), self.columns.next_totals(p - 1, column_scale)[1])
+        N_p, M_p = self.rows.sizes[p - 1], self.inner_sizes[p - 1]
+        per_level = {
+            "max_row_norm_squared": (*self.rows.maxima[: p - 1], top[1]),
+            "frobenius_squared": (*self.rows.totals[: p - 1], top[0]),
+            "sensitivities": (*self.columns.maxima[: p - 1], top[2]),
+        }
+        return LiftPlan(
+            base_size=self.k,
+            base_inner_size=self.base_inner_size,
+            metric=self.metric,
+            alpha_rule=alpha_rule,
+            n=n,
+            epsilon=epsilon,
+            levels=p,
+            sizes=tuple(self.rows.sizes[:p]),
+            inner_sizes=tuple(self.inner_sizes[:p]),
+            alphas=tuple(float(a) for a in alphas),
+            alphas_exact=tuple(alphas),
+            max_row_norm_squared=tuple(float(x) for x in per_level["max_row_norm_squared"]),
+            frobenius_squared=tuple(float(x) for x in per_level["frobenius_squared"]),
+            sensitivities=tuple(float(x) for x in per_level["sensitivities"]),
+            truncated_max_row_norm_squared=float(row_max),
+            truncated_frobenius_squared=float(row_sum),
+            sensitivity=float(sensitivity),
+            costs=_costs(n=n, inner_size=M_p, epsilon=epsilon, row_max=row_max, frobenius=row_sum, sensitivity=sensitivity),
+            untruncated_costs=_costs(n=N_p, inner_size=M_p, epsilon=epsilon, row_max=top[1], frobenius=top[0], sensitivity=top[2]),
+            asymptotic_constant=self.asymptotic_constant(),
+            truncated_max_row_norm_squared_exact=row_max if self.exact else None,
+            truncated_frobenius_squared_exact=row_sum if self.exact else None,
+            sensitivity_exact=sensitivity_exact,
+            per_level_exact=per_level if self.exact else None,
+        )
+
+
+def lift_plan(
+    *, base: Operand, n: int, metric: str, epsilon: float = 1.0, alpha_rule: str = "paper", tolerance: float = DEFAULT_TOLERANCE
+) -> LiftPlan:
+    """The ``LiftPlan`` of ``base`` (a Factorization of T_k, or an exact pair) truncated to n.
+
+    Raises ``NotAFactorizationError`` when the base does not factor T_k (beyond ``tolerance`` for
+    floats, exactly for an exact pair) and ``InvalidInputError`` for n < 1, ε ≤ 0 or a bad metric.
+    """
+    n = check_size(n, name="n")
+    return LiftedFamily(base=base, metric=metric, tolerance=tolerance).plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule)
+
+
+def asymptotic_constant(*, base: Operand, metric: str) -> float:
+    """Theorem 2.5: the lifted leading constant 2C²·(log₂k / log₂(2k+1))³ = 2c²/log₂(2k+1)³,
+    c = c₂ (``maxse``) or c_F (``meanse``) of the base."""
+    return LiftedFamily(base=base, metric=metric).asymptotic_constant()
+
+
+# ---------------------------------------------------------------------------------------------
+# Explicit matrices (tests, small n).
+
+
+def explicit_lift(*, base: Operand, levels: int, alphas: Sequence, n: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Operand:
+    """The explicit p-fold lift (L_p, R_p), truncated to L_p[:n], R_p[:, :n] when n is given.
+
+    ``alphas`` = [α_1, …, α_{p−1}] (ints/Fractions for an exact base, e.g. ``plan.alphas_exact``).
+    Returns a ``Factorization`` holding float64 CSR matrices (``.dense()`` gives arrays) for a
+    float base, an exact pair of object arrays for an exact one; the layout is ``diamond``'s,
+    applied as (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} base. Refuses lifts whose dense L_p would
+    have more than ``MAX_EXPLICIT_ENTRIES`` entries (it is meant for tests and small n).
+    """
+    p = check_size(levels, name="levels")
+    alphas = list(alphas)
+    if len(alphas) != p - 1:
+        raise InvalidInputError(f"{p} levels need {p - 1} alphas, got {len(alphas)}")
+    k = check_factorizes(base, name="base", tolerance=tolerance)
+    decoder = _matrices(base, name="base")[0]
+    size, inner = k, decoder.shape[1]
+    for _ in range(p - 1):
+        size, inner = (2 * k + 1) * size + k, (2 * k + 1) * inner + decoder.shape[1]
+    if size * inner > MAX_EXPLICIT_ENTRIES:
+        raise InvalidInputError(
+            f"the explicit {p}-fold lift has {size}×{inner} entries, more than {MAX_EXPLICIT_ENTRIES}; use lift_plan"
+        )
+    if n is not None:
+        n = check_size(n, name="n", maximum=size)
+    A, B, exact = _matrices(base, name="base")
+    if exact:
+        values = [_as_alpha(alpha, exact=True) for alpha in alphas]
+        L, R = A, B
+        for alpha in values:
+            L, R = _diamond_matrices(L, R, A, B, alpha, kind="exact")
+        return (L, R) if n is None else (L[:n].copy(), R[:, :n].copy())
+    values = [_as_alpha(alpha, exact=False) for alpha in alphas]
+    L, R = scipy.sparse.csr_matrix(A), scipy.sparse.csr_matrix(B)
+    for alpha in values:
+        L, R = _diamond_matrices(L, R, A, B, alpha, kind="sparse")
+    if n is not None:
+        L, R = L[:n], R[:, :n]
+    metadata = {"made_by": {"operation": "lift", "levels": p, "alphas": [float(a) for a in values], "n": n}}
+    return Factorization(decoder=L, encoder=R, metadata=metadata)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison rows and the constant-against-n curve.
+
+
+def shipped_bases(directory: str | Path | None = None) -> list[Factorization]:
+    """The shipped base factorizations ``base_factorizations/k{K:03d}_{metric}.npz``, loaded and checked."""
+    folder = Path(directory) if directory is not None else SHIPPED_DIRECTORY
+    return [Factorization.load(path) for path in sorted(folder.glob("k*_*.npz"))]
+
+
+@dataclass(frozen=True)
+class LiftedRow:
+    """One row of the comparison table: the lifted mechanism of the best base for one metric."""
+
+    mechanism: str
+    metric: str
+    base_size: int
+    levels: int
+    n: int
+    epsilon: float
+    max_se: float
+    mean_se: float
+    max_se_constant: float
+    mean_se_constant: float
+    asymptotic_constant: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def best_lifted_rows(
+    *, n: int, epsilon: float = 1.0, bases: Iterable[Operand], alpha_rule: str = "paper"
+) -> list[LiftedRow]:
+    """For each metric, the lift (α chosen for that metric) of the base with the smallest error at n.
+
+    A base whose metadata names a metric competes only for that metric; one without competes for
+    both. Returns one ``LiftedRow`` per metric that has a candidate (``maxse`` first).
+    """
+    return _best_rows(n=n, epsilon=epsilon, families=_families(bases), alpha_rule=alpha_rule)
+
+
+def _families(bases: Iterable[Operand]) -> list[LiftedFamily]:
+    """One ``LiftedFamily`` per (base, metric it competes for)."""
+    families = []
+    for base in bases:
+        declared = base.metric if isinstance(base, Factorization) else None
+        families += [LiftedFamily(base=base, metric=metric) for metric in METRICS if declared in (None, metric)]
+    return families
+
+
+def _best_rows(*, n: int, epsilon: float, families: Sequence[LiftedFamily], alpha_rule: str) -> list[LiftedRow]:
+    n = check_size(n, name="n")
+    rows = []
+    for metric in METRICS:
+        plans = [family.plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule) for family in families if family.metric == metric]
+        if not plans:
+            continue
+        plan = min(plans, key=lambda plan: plan.costs.max_se if metric == "maxse" else plan.costs.mean_se)
+        rows.append(
+            LiftedRow(
+                mechanism="lifted",
+                metric=metric,
+                base_size=plan.base_size,
+                levels=plan.levels,
+                n=n,
+                epsilon=plan.epsilon,
+                max_se=plan.costs.max_se,
+                mean_se=plan.costs.mean_se,
+                max_se_constant=plan.costs.max_se_constant,
+                mean_se_constant=plan.costs.mean_se_constant,
+                asymptotic_constant=plan.asymptotic_constant,
+            )
+        )
+    return rows
+
+
+@functools.lru_cache(maxsize=4)
+def _shipped_families(directory: str, stamp: tuple) -> tuple[LiftedFamily, ...]:
+    """Families of the shipped bases, cached while the files (names, mtimes, sizes) are unchanged."""
+    return tuple(_families(shipped_bases(directory)))
+
+
+def lifted_comparison_rows(*, n: int, epsilon: float = 1.0, directory: str | Path | None = None, alpha_rule: str = "paper"):
+    """Row provider for ``compare.comparison_rows``: the best shipped base's lift per metric.
+
+    Returns ``compare.ComparisonRow`` objects with mechanism "lifted", ``arity`` = the base size
+    k, ``best_for`` = the metric whose α and base were chosen, and the base file in ``source``.
+    """
+    from pure_dp_mf.compare import ComparisonRow
+
+    folder = Path(directory) if directory is not None else SHIPPED_DIRECTORY
+    files = sorted(folder.glob("k*_*.npz"))
+    families = _shipped_families(str(folder), tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+    return [
+        ComparisonRow.from_errors(
+            mechanism="lifted",
+            arity=row.base_size,
+            best_for=(row.metric,),
+            n=row.n,
+            epsilon=row.epsilon,
+            max_se=row.max_se,
+            mean_se=row.mean_se,
+            source=f"lift of base_factorizations/k{row.base_size:03d}_{row.metric}.npz, {row.levels} levels",
+        )
+        for row in _best_rows(n=n, epsilon=epsilon, families=families, alpha_rule=alpha_rule)
+    ]
+
+
+def constant_curve(*, base: Operand, metric: str, sizes: Sequence[int]) -> np.ndarray:
+    """The lifted leading constant of ``metric`` at every n in ``sizes`` (n ≥ 2), float64."""
+    family = LiftedFamily(base=base, metric=metric)
+    return np.array([family.plan(n=check_size(n, name="n", minimum=2)).leading_constant for n in sizes])
+
+
+def plot_constant_curve(
+    *,
+    bases: Sequence[Operand],
+    metric: str,
+    path: str | Path,
+    max_n: int = 2**60,
+    points: int = 200,
+    alpha_rule: str = "paper",
+    baselines: dict[str, tuple[Sequence[int], Sequence[float]]] | None = None,
+) -> Path:
+    """PNG of the lifted leading constant against n (log scale, n = 16 … max_n) for each base,
+    each base's Theorem 2.5 asymptote dashed, and optional baseline curves (label → (ns, values),
+    e.g. the tree mechanisms from ``compare.leading_constant_series``). Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = _check_metric(metric)
+    max_n = check_size(max_n, name="max_n", minimum=32)
+    path = Path(path)
+    if not path.parent.exists():
+        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    sizes = sorted({int(x) for x in np.logspace(4, math.log2(max_n), points, base=2.0)})
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for base in bases:
+        family = LiftedFamily(base=base, metric=metric)
+        values = [family.plan(n=n, alpha_rule=alpha_rule).leading_constant for n in sizes]
+        line = axes.plot(sizes, values, label=f"lifted, k = {family.k}")[0]
+        axes.axhline(family.asymptotic_constant(), color=line.get_color(), linestyle="--", linewidth=0.8)
+    for label, (ns, values) in (baselines or {}).items():
+        axes.plot(ns, values, marker=".", linestyle=":", label=label)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.set_xlabel("n")
+    axes.set_ylabel(("MaxSE" if metric == "maxse" else "MeanSE") + " · ε² / log₂(n)³")
+    axes.set_title(f"Leading constant against n ({metric}); dashed: Theorem 2.5 asymptote of each base")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
