@@ -1,0 +1,132 @@
+"""Secure noise: a keyed counter-mode generator, Laplace samples, rounding to integers.
+
+The streaming counter (``stream.py``, paper 001 section 3) needs the Laplace vector z of the
+lifted factorization block by block, forwards for ``Noise`` and backwards for
+``NoiseReversed``, and again after a restart. A counter-mode generator gives exactly that:
+the noise of block ``index`` is a fixed function of a secret 256-bit key and ``index``, so
+
+* any block can be produced in any order, as often as needed, always the same: a resumed or
+  reversed stream cannot draw *fresh* noise for a position that already has noise;
+* the whole generator state is the key (32 bytes), stored in the counter's state file.
+
+Generator: SHAKE-256 (FIPS 202, Python's ``hashlib``) keyed by prefixing the secret key, the
+construction underlying KMAC: block ``index`` of length m is the first 8m output bytes of
+SHAKE-256(key ‖ "z" ‖ 0x00 ‖ index (16 bytes, little-endian) ‖ m (8 bytes, little-endian)). Under the standard assumption that keyed SHAKE-256 is a
+pseudorandom function, these bytes are indistinguishable from independent uniform bytes to
+anyone without the key. ``NoiseGenerator.secure()`` draws the key from the operating system
+(``secrets.token_bytes``). ``NoiseGenerator.seeded(seed)`` derives the key from a public
+integer: reproducible, for tests and research only, flagged as such everywhere
+(``seeded`` attribute, state files, CLI warnings) because anyone knowing the seed can subtract
+the noise.
+
+Laplace: each 64-bit word gives a sign bit and a 53-bit integer v, and
+z = ±(−log1p(−v·2⁻⁵³)), an Exp(1) variable with a random sign, i.e. Laplace of scale 1
+(density e^{−|z|}/2) up to the 2⁻⁵³ grid of the uniform; |z| ≤ 53·ln 2 ≈ 36.7 (the tail
+beyond has probability 2⁻⁵³, which this sampler does not produce).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_size
+
+KEY_BYTES = 32
+GENERATOR_KIND = "shake256-counter/1"
+_SEED_DOMAIN = b"pure_dp_mf seeded generator v1\x00"
+_MANTISSA = np.uint64((1 << 53) - 1)
+
+
+@dataclass(frozen=True)
+class NoiseGenerator:
+    """A keyed counter-mode generator: ``words(index=, size=)`` is a fixed function of the key.
+
+    Guarantees: with a key from ``secure()``, the output is computationally indistinguishable
+    from uniform bits (keyed SHAKE-256 as a PRF); the same (index, size) always gives the same
+    words, so noise can be regenerated but never redrawn. With ``seeded(seed)`` there is no
+    secrecy at all: reproducibility only.
+    """
+
+    key: bytes
+    seeded: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, bytes) or len(self.key) != KEY_BYTES:
+            raise InvalidInputError(f"a generator key must be {KEY_BYTES} bytes")
+
+    def __repr__(self) -> str:  # never print the key
+        return f"NoiseGenerator(seeded={self.seeded})"
+
+    @classmethod
+    def secure(cls) -> "NoiseGenerator":
+        """A generator keyed from the operating system's CSPRNG (``secrets``): for production."""
+        return cls(key=secrets.token_bytes(KEY_BYTES), seeded=False)
+
+    @classmethod
+    def from_seed(cls, seed: int) -> "NoiseGenerator":
+        """A reproducible generator keyed by a public seed: NOT private, for tests and research."""
+        seed = check_size(seed, name="seed", minimum=0)
+        key = hashlib.sha256(_SEED_DOMAIN + seed.to_bytes((seed.bit_length() + 8) // 8, "little")).digest()
+        return cls(key=key, seeded=True)
+
+    def words(self, *, index: int, size: int) -> np.ndarray:
+        """``size`` uniform 64-bit words of block ``index`` (a non-negative integer)."""
+        return self.words_of_blocks(indices=[index], size=size)
+
+    def words_of_blocks(self, *, indices, size: int) -> np.ndarray:
+        """The words of several blocks of equal ``size``, concatenated (one array, one copy):
+        block i is SHAKE-256(key ‖ "z" ‖ 0 ‖ i as 16 bytes ‖ size as 8 bytes), first 8·size bytes."""
+        prefix, tail, length = self._keyed, int(size).to_bytes(8, "little"), 8 * size
+        digests = []
+        for index in indices:
+            hasher = prefix.copy()
+            hasher.update(int(index).to_bytes(16, "little") + tail)
+            digests.append(hasher.digest(length))
+        return np.frombuffer(b"".join(digests), dtype="<u8")
+
+    @functools.cached_property
+    def _keyed(self):
+        return hashlib.shake_256(self.key + b"z\x00")
+
+    def laplace(self, *, index: int, size: int) -> np.ndarray:
+        """``size`` Laplace(scale 1) samples of block ``index`` (see the module docstring)."""
+        return laplace_from_words(self.words(index=index, size=size))
+
+    def to_record(self) -> dict:
+        """The state-file record (holds the secret key: state files are written mode 0600)."""
+        return {"kind": GENERATOR_KIND, "key": self.key.hex(), "seeded": self.seeded}
+
+    @classmethod
+    def from_record(cls, record: object) -> "NoiseGenerator":
+        if not isinstance(record, dict) or record.get("kind") != GENERATOR_KIND:
+            raise InvalidInputError(f"unknown generator record (expected kind {GENERATOR_KIND!r})")
+        try:
+            key = bytes.fromhex(record["key"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidInputError("the generator record has no valid key") from None
+        if not isinstance(record.get("seeded"), bool):
+            raise InvalidInputError("the generator record does not say whether it is seeded")
+        return cls(key=key, seeded=record["seeded"])
+
+
+def laplace_from_words(words: np.ndarray) -> np.ndarray:
+    """Laplace(1) samples from uniform 64-bit words: top bit = sign, low 53 bits = v,
+    |z| = −log1p(−v·2⁻⁵³) (exact arguments, accurate logarithm)."""
+    words = np.asarray(words, dtype=np.uint64)
+    magnitude = -np.log1p((words & _MANTISSA).astype(np.float64) * -(2.0**-53))
+    return np.copysign(magnitude, words.view(np.int64).astype(np.float64))  # top bit set: negative
+
+
+def round_to_integers(values) -> np.ndarray:
+    """Noise rounded to the nearest integer (ties to even) as int64; refuses NaN/inf and
+    values beyond ±2⁶²."""
+    values = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(values)) or np.any(np.abs(values) > 2.0**62):
+        raise InvalidInputError("noise to round is not finite or too large for int64")
+    return np.rint(values).astype(np.int64)

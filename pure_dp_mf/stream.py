@@ -1,0 +1,593 @@
+"""Streaming the correlated noise L·z of the lifted factorization; the continual counter.
+
+Paper 001, section 3 (Algorithms 1–3) and Construction 2.4. Fix a base factorization A·B = T_k
+(A = decoder, k×r; B = encoder, r×k) and lift it: L₁ = A, R₁ = B and
+(L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} (A, B). With N_i rows and M_i columns of L_i
+(N₁ = k, N_{i+1} = (2k+1)·N_i + k; M₁ = r, M_{i+1} = (2k+1)·M_i + r), the columns of L_{i+1}
+are [z₀ | z_{1,a} z_{1,b} | … | z_{k,a} z_{k,b} | w] (blocks of M_i columns, then r) and its
+rows are
+
+* rows 0 … N_i−1:                 L_i·z₀                                  (Noise(i))
+* group j = 1…k, 2N_i+1 rows each:  −E·L_i·z_{j,a} + c_j                  (NoiseReversed(i), negated)
+                                    c_j                                   (the middle row)
+                                    L_i·z_{j,b} + c_j                     (Noise(i))
+  with the coarse term c_j = α_i·(A·w)_j (the paper's α_{p−1}·(A·z′)⊗1), E the reversal.
+
+So every value of L_p·z is a sum of at most p coarse terms and one entry of a base block A·z_b.
+``LiftedNoise`` evaluates any range of rows of L_p·z (or of E·L_p·z) by this recursion,
+vectorised over whole base blocks and groups, keeping one cached base block A·z_b and one
+coarse vector A·w per level: memory O(k·p) = O(k·log n), total time O(n·(r + p)). The z
+entries come from a ``NoiseSource``, addressed by column of L_p, so the forward stream, the
+reversed stream and a restarted stream all see the same z.
+
+The mechanism (Algorithm 3): for a stream x ∈ {0,1}ⁿ release S_t + round(b·(L·z)_t), S_t the
+exact integer prefix sum, z ~ Laplace(1)^M, b = Δ·‖R_p‖₁→₁/ε. Rows of L_p beyond the horizon n
+are dropped (the paper's truncation); the columns of R_p kept are a subset, so ‖R_p‖₁→₁ bounds
+the sensitivity of the truncated encoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+
+import pure_dp_mf
+from pure_dp_mf.atomic import atomic_write_text
+from pure_dp_mf.errors import InvalidInputError, PureDPMFError
+from pure_dp_mf.factorization import Factorization, array_sha256
+from pure_dp_mf.lift import levels_for, lift_plan, lifted_size
+from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.validation import check_positive, check_size
+
+STATE_FORMAT = "pure_dp_mf.counter_state/1"
+LEDGER_SUFFIX = ".released"
+CHUNK = 1 << 15  # steps of noise computed ahead by the counter
+BASE_FOLDER = Path(__file__).resolve().parents[1] / "base_factorizations"
+
+
+class StateFileError(PureDPMFError):
+    """A counter state file is missing, corrupted, stale, or belongs to another counter."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes and the exact sensitivity.
+
+
+def column_abs_sum_exact(matrix: np.ndarray) -> Fraction:
+    """‖B‖₁→₁ of a float64 matrix, exactly (every float64 is a dyadic rational).
+
+    Fast path: entries on the 2⁻³² grid (shipped encoders) are summed as int64 with an overflow
+    check; otherwise each entry is converted exactly (``float.as_integer_ratio``)."""
+    array = np.asarray(matrix, dtype=np.float64)
+    scaled = np.abs(array) * 2.0**32  # exact: scaling by a power of two
+    if np.all(np.isfinite(scaled)) and scaled.max() < 2.0**52 and np.all(scaled == np.floor(scaled)):
+        integers = scaled.astype(np.int64)
+        if int(integers.max()) * array.shape[0] < 2**62:
+            return Fraction(int(integers.sum(axis=0).max()), 2**32)
+    best = Fraction(0)
+    for column in np.abs(array).T:
+        best = max(best, sum((Fraction(*float(x).as_integer_ratio()) for x in column), Fraction(0)))
+    return best
+
+
+def lifted_sensitivity(*, encoder_sensitivity: Fraction, alphas: Sequence[float]) -> Fraction:
+    """‖R_p‖₁→₁ = ‖B‖₁→₁·(1 + Σ_i 1/α_i), exactly (each float α_i is a rational).
+
+    Construction 2.4: the columns of R_{i+1} are those of R_i (and of R_i reversed) stacked over
+    (1/α_i)·B ⊗ 1ᵀ, so ‖R_{i+1}‖₁→₁ = ‖R_i‖₁→₁ + ‖B‖₁→₁/α_i (proof of Theorem 2.1)."""
+    total = Fraction(encoder_sensitivity)
+    for alpha in alphas:
+        if not (math.isfinite(alpha) and alpha > 0):
+            raise InvalidInputError(f"lifting parameters must be positive and finite, got {alpha!r}")
+        total += Fraction(encoder_sensitivity) / Fraction(alpha)
+    return total
+
+
+def float_upper(value: Fraction) -> float:
+    """The smallest float64 ≥ ``value``."""
+    candidate = float(value)
+    return candidate if Fraction(candidate) >= value else math.nextafter(candidate, math.inf)
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise sources and the streaming engine.
+
+
+class NoiseSource(Protocol):
+    """z, addressed by column of L_p: ``block(offset, size)`` = z[offset : offset + size]."""
+
+    def block(self, offset: int, size: int) -> np.ndarray: ...
+
+    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
+        """The blocks at ``offsets`` stacked as rows (a (len(offsets), size) array)."""
+        ...
+
+
+@dataclass(frozen=True)
+class GeneratorSource:
+    """Laplace(1) noise from a keyed ``NoiseGenerator``: the block at column ``offset`` is the
+    generator's block ``offset`` (blocks of L_p never overlap, so z is well defined)."""
+
+    generator: NoiseGenerator
+
+    def block(self, offset: int, size: int) -> np.ndarray:
+        return self.generator.laplace(index=offset, size=size)
+
+    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
+        return laplace_from_words(self.generator.words_of_blocks(indices=offsets, size=size)).reshape(len(offsets), size)
+
+
+@dataclass(frozen=True)
+class ArraySource:
+    """An explicit z (tests, research): ``block`` slices it."""
+
+    z: np.ndarray
+
+    def block(self, offset: int, size: int) -> np.ndarray:
+        return np.asarray(self.z[offset : offset + size], dtype=np.float64)
+
+    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
+        return np.stack([self.block(offset, size) for offset in offsets])
+
+
+class LiftedNoise:
+    """Rows of L_p·z for the p-fold lift of the base decoder A with parameters α₁…α_{p−1}.
+
+    ``values(start, stop)`` returns (L_p·z)[start:stop] (forward, paper's Noise(p)) and
+    ``reversed_values(start, stop)`` returns (E·L_p·z)[start:stop] (NoiseReversed(p)). Memory:
+    the base decoder plus one base block and one coarse vector per level, O(k·(r + p)).
+    """
+
+    def __init__(self, *, decoder: np.ndarray, alphas: Sequence[float], source: NoiseSource) -> None:
+        decoder = np.ascontiguousarray(decoder, dtype=np.float64)
+        if decoder.ndim != 2 or not np.all(np.isfinite(decoder)):
+            raise InvalidInputError("the base decoder must be a finite matrix")
+        self.A = decoder
+        self.k, self.r = decoder.shape
+        self.alphas = tuple(float(alpha) for alpha in alphas)
+        self.levels = len(self.alphas) + 1
+        self.sizes = [lifted_size(base_size=self.k, levels=i) for i in range(1, self.levels + 1)]
+        self.inner_sizes = [self.r]
+        for _ in range(self.levels - 1):
+            self.inner_sizes.append((2 * self.k + 1) * self.inner_sizes[-1] + self.r)
+        self.source = source
+        self._base_cache: tuple[int, np.ndarray] | None = None
+        self._coarse_cache: dict[int, tuple[int, np.ndarray]] = {}
+
+    @property
+    def n(self) -> int:
+        """N_p, the number of rows of L_p."""
+        return self.sizes[-1]
+
+    def values(self, start: int, stop: int) -> np.ndarray:
+        """(L_p·z)[start:stop]."""
+        out = np.empty(self._check_range(start, stop))
+        self._fill(self.levels, 0, start, out)
+        return out
+
+    def reversed_values(self, start: int, stop: int) -> np.ndarray:
+        """(E·L_p·z)[start:stop] = (L_p·z)[N_p−1−start … N_p−stop]."""
+        out = np.empty(self._check_range(start, stop))
+        self._fill(self.levels, 0, self.n - stop, out[::-1])
+        return out
+
+    def _check_range(self, start: int, stop: int) -> int:
+        if not 0 <= start <= stop <= self.n:
+            raise InvalidInputError(f"rows [{start}, {stop}) are outside L_p's {self.n} rows")
+        return stop - start
+
+    def _base(self, offset: int) -> np.ndarray:
+        """A·z[offset : offset + r], the last one cached."""
+        if self._base_cache is None or self._base_cache[0] != offset:
+            self._base_cache = (offset, self.A @ self.source.block(offset, self.r))
+        return self._base_cache[1]
+
+    def _coarse(self, level: int, offset: int) -> np.ndarray:
+        """α·A·w for the coarse block w at column ``offset`` of level ``level``, cached."""
+        cached = self._coarse_cache.get(level)
+        if cached is None or cached[0] != offset:
+            cached = (offset, self.alphas[level - 2] * (self.A @ self.source.block(offset, self.r)))
+            self._coarse_cache[level] = cached
+        return cached[1]
+
+    def _fill(self, level: int, offset: int, start: int, out: np.ndarray) -> None:
+        """out[:] = (L_level·z[offset:])[start : start + len(out)]; ``out`` may be a reversed view."""
+        m = out.shape[0]
+        if level == 1:
+            out[:] = self._base(offset)[start : start + m]
+            return
+        N, M = self.sizes[level - 2], self.inner_sizes[level - 2]
+        position, t = 0, start
+        if t < N:  # the leading block: Noise(level − 1) on z₀
+            take = min(N - t, m)
+            self._fill(level - 1, offset, t, out[:take])
+            position, t = take, t + take
+        coarse_offset = offset + (2 * self.k + 1) * M
+        while position < m:
+            j, u = divmod(t - N, 2 * N + 1)
+            if level == 2 and u == 0 and m - position >= 2 * N + 1:
+                position, t = self._fill_whole_groups(offset, position, t, out)
+                continue
+            segment = out[position : position + min(m - position, 2 * N + 1 - u)]
+            length = segment.shape[0]
+            if u < N:  # −E·L·z_{j,a}: positions N−1−u down to N−a_stop
+                a_stop = min(N, u + length)
+                part = segment[: a_stop - u]
+                self._fill(level - 1, offset + (2 * j + 1) * M, N - a_stop, part[::-1])
+                np.negative(part, out=part)
+            if u <= N < u + length:
+                segment[N - u] = 0.0
+            b_start = max(u, N + 1)
+            if b_start < u + length:  # L·z_{j,b}
+                self._fill(level - 1, offset + (2 * j + 2) * M, b_start - N - 1, segment[b_start - u :])
+            segment += self._coarse(level, coarse_offset)[j]
+            position, t = position + length, t + length
+
+    def _fill_whole_groups(self, offset: int, position: int, t: int, out: np.ndarray) -> tuple[int, int]:
+        """Level 2, the whole groups of ``out`` from ``position`` (row t, the first row of group j):
+        one matrix product A·[z_{j,a} z_{j,b} …] for all of them; returns the new (position, t)."""
+        k, r = self.k, self.r
+        j = (t - k) // (2 * k + 1)
+        groups = (out.shape[0] - position) // (2 * k + 1)
+        offsets = [offset + (2 * (j + g) + 1 + side) * r for g in range(groups) for side in (0, 1)]
+        Y = self.A @ self.source.blocks(offsets, r).T  # column 2g: A·z_{j+g,a}; 2g+1: A·z_{j+g,b}
+        rows = np.reshape(out[position : position + groups * (2 * k + 1)], (groups, 2 * k + 1), copy=False)
+        rows[:, :k] = -Y[::-1, 0::2].T
+        rows[:, k] = 0.0
+        rows[:, k + 1 :] = Y[:, 1::2].T
+        rows += self._coarse(2, offset + (2 * k + 1) * r)[j : j + groups, None]
+        return position + groups * (2 * k + 1), t + groups * (2 * k + 1)
+
+
+def noise(engine: LiftedNoise, *, block: int = 4096) -> Iterator[float]:
+    """Algorithm 1, Noise(p): yields (L_p·z)_1, …, (L_p·z)_{N_p} in order, ``block`` rows at a time."""
+    for start in range(0, engine.n, block):
+        yield from engine.values(start, min(start + block, engine.n)).tolist()
+
+
+def noise_reversed(engine: LiftedNoise, *, block: int = 4096) -> Iterator[float]:
+    """Algorithm 2, NoiseReversed(p): yields (L_p·z)_{N_p}, …, (L_p·z)_1."""
+    for start in range(0, engine.n, block):
+        yield from engine.reversed_values(start, min(start + block, engine.n)).tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The lifting plan (α's) and the base.
+
+
+def lifting_alphas(*, base: Factorization, n: int, metric: str) -> list[float]:
+    """α₁ … α_{p−1} for lifting ``base`` to at least n rows (from ``lift.lift_plan``)."""
+    return [float(alpha) for alpha in lift_plan(base=base, n=n, metric=metric).alphas]
+
+
+def default_base_file(folder: str | os.PathLike = BASE_FOLDER) -> Path:
+    """The shipped MaxSE base of the largest k: ``folder``/k{K}_maxse.npz."""
+    candidates = {int(match.group(1)): path for path in Path(folder).glob("k*_maxse.npz") if (match := re.fullmatch(r"k(\d+)_maxse\.npz", path.name))}
+    if not candidates:
+        raise InvalidInputError(f"no shipped base factorization k*_maxse.npz in {folder}; pass a base file")
+    return candidates[max(candidates)]
+
+
+def base_digest(base: Factorization) -> str:
+    """sha256 identifying a base: of its decoder's and encoder's float64 bytes and shapes."""
+    decoder, encoder = base.dense()
+    text = f"{decoder.shape}:{array_sha256(decoder)}:{encoder.shape}:{array_sha256(encoder)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The counter.
+
+
+def _check_steps(values, *, dimension: int) -> np.ndarray:
+    """A batch of steps as an int64 (m, d) array of 0/1 with row sums ≤ 1, or a clear error."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInputError("stream values must be numbers 0 or 1") from None
+    if dimension == 1 and array.ndim <= 1:
+        array = array.reshape(-1, 1)
+    if array.ndim != 2 or array.shape[1] != dimension:
+        raise InvalidInputError(f"expected steps of dimension {dimension}, got an array of shape {array.shape}")
+    where = (lambda row: f" (row {row} of the batch)") if array.shape[0] > 1 else (lambda row: "")
+    if np.isnan(array).any():
+        raise InvalidInputError(f"stream value is NaN{where(int(np.argwhere(np.isnan(array))[0][0]))}; expected 0 or 1")
+    bad = (array != 0) & (array != 1)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise InvalidInputError(f"stream value {float(array[row, column]):g} is not 0 or 1{where(row)}")
+    if dimension > 1 and (array.sum(axis=1) > 1).any():
+        row = int(np.argwhere(array.sum(axis=1) > 1)[0][0])
+        raise InvalidInputError(f"a step has {int(array[row].sum())} ones{where(row)}; at most one per step is allowed")
+    return array.astype(np.int64)
+
+
+class ContinualCounter:
+    """ε-DP continual counting with the lifted factorization (paper 001, Algorithm 3).
+
+    ``update(x)`` takes the next step (x ∈ {0,1}; for ``dimension`` d > 1 a vector in {0,1}^d
+    with at most one 1) and returns the released running count(s) S_t + round(b·(L·z)_t), an
+    int (int64 array for d > 1); ``counts(xs)`` does a batch. Each of the d coordinates has its
+    own noise stream (its own z).
+
+    Privacy guarantee: the released sequence is ε-differentially private with respect to
+    changing the value of any one step (for d > 1: replacing one step's vector by another, an
+    ℓ1 change of at most Δ = 2; for d = 1, Δ = 1), in the idealised model where L·z is computed
+    exactly: b = Δ·‖R_p‖₁→₁/ε with ‖R_p‖₁→₁ computed exactly from the base encoder and the α's
+    (``lifted_sensitivity``) and rounded up. The noise never depends on the data; it comes from
+    ``rng`` (a secure ``NoiseGenerator`` unless one is given: a seeded one is flagged by
+    ``seeded``). Released values are integers.
+
+    Persistence: after ``save_state(path)`` the counter keeps ``path`` current: before every
+    release it atomically rewrites the state (generator key, release counter, prefix sums, last
+    release) and then the release ledger ``path + '.released'``. ``resume(path)`` continues with
+    exactly the values the uninterrupted counter would release and refuses a state older than
+    the ledger (a step released after that state was written would be released again).
+    """
+
+    def __init__(
+        self,
+        *,
+        base: Factorization | str | os.PathLike,
+        epsilon: float,
+        horizon: int,
+        dimension: int = 1,
+        rng: NoiseGenerator | None = None,
+        metric: str | None = None,
+        alphas: Sequence[float] | None = None,
+        _released: int = 0,
+        _prefix_sums: Sequence[int] | None = None,
+        _lineage: str | None = None,
+    ) -> None:
+        self.base_file: str | None = None
+        if not isinstance(base, Factorization):
+            self.base_file = str(Path(base).resolve())
+            base = Factorization.load(base)
+        self.base = base
+        self.epsilon = check_positive(epsilon, name="epsilon")
+        self.horizon = check_size(horizon, name="horizon")
+        self.dimension = check_size(dimension, name="dimension")
+        self.rng = rng if rng is not None else NoiseGenerator.secure()
+        self.metric = metric or base.metric or "maxse"
+        if alphas is not None:  # otherwise lift_plan checks that the base factors T_k
+            base.validate()
+        else:
+            alphas = lifting_alphas(base=base, n=self.horizon, metric=self.metric)
+        self.alphas = [float(a) for a in alphas]
+        decoder, encoder = base.dense()
+        if levels_for(base_size=base.n, n=self.horizon) != len(self.alphas) + 1:
+            raise InvalidInputError(
+                f"{len(self.alphas)} lifting parameters give N_p = {lifted_size(base_size=base.n, levels=len(self.alphas) + 1)}"
+                f" rows, but the horizon {self.horizon} needs p = {levels_for(base_size=base.n, n=self.horizon)} levels"
+            )
+        self.step_sensitivity = 1 if self.dimension == 1 else 2
+        self.sensitivity = lifted_sensitivity(encoder_sensitivity=column_abs_sum_exact(encoder), alphas=self.alphas)
+        self.scale = float_upper(self.step_sensitivity * self.sensitivity / Fraction(self.epsilon))
+        generators = [self.rng] if self.dimension == 1 else [
+            NoiseGenerator(key=hashlib.sha256(self.rng.key + i.to_bytes(4, "little")).digest(), seeded=self.rng.seeded)
+            for i in range(self.dimension)
+        ]
+        self._engines = [LiftedNoise(decoder=decoder, alphas=self.alphas, source=GeneratorSource(g)) for g in generators]
+        self.base_sha256 = base_digest(base)
+        self.released = check_size(_released, name="released", minimum=0, maximum=self.horizon)
+        self._sums = [int(v) for v in (_prefix_sums if _prefix_sums is not None else [0] * self.dimension)]
+        if len(self._sums) != self.dimension:
+            raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
+        self.last_release: list[int] | None = None
+        self.lineage = _lineage or uuid.uuid4().hex
+        self.state_path: Path | None = None
+        self._buffer_start, self._buffer = 0, np.zeros((0, self.dimension), dtype=np.int64)
+        self._buffer_list: list[int] | None = None
+
+    @property
+    def seeded(self) -> bool:
+        """True when the noise comes from a seeded (public, non-private) generator."""
+        return self.rng.seeded
+
+    def __repr__(self) -> str:
+        return (
+            f"ContinualCounter(k={self.base.n}, epsilon={self.epsilon}, horizon={self.horizon}, "
+            f"dimension={self.dimension}, released={self.released}, seeded={self.seeded})"
+        )
+
+    # ------------------------------------------------------------------ releasing
+
+    def _noise(self, start: int, stop: int) -> np.ndarray:
+        """round(b·(L·z)_t) for t in [start, stop), shape (stop − start, d), computed ahead in
+        chunks of ``CHUNK`` steps (the noise does not depend on the data)."""
+        if not (self._buffer_start <= start and stop <= self._buffer_start + len(self._buffer)):
+            chunk_stop = min(self.horizon, max(stop, start + CHUNK))
+            columns = [engine.values(start, chunk_stop) for engine in self._engines]
+            self._buffer_start = start
+            self._buffer = round_to_integers(self.scale * np.stack(columns, axis=1))
+            self._buffer_list = None
+        return self._buffer[start - self._buffer_start : stop - self._buffer_start]
+
+    def counts(self, values) -> np.ndarray:
+        """Release the next steps: int64 array of shape (m,) (d = 1) or (m, d)."""
+        steps = _check_steps(values, dimension=self.dimension)
+        m = steps.shape[0]
+        if self.released + m > self.horizon:
+            raise InvalidInputError(
+                f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)"
+            )
+        if m == 0:
+            return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
+        sums = np.array(self._sums, dtype=np.int64) + np.cumsum(steps, axis=0)
+        released = sums + self._noise(self.released, self.released + m)
+        if self.state_path is not None:
+            self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=released[-1])
+        self.released += m
+        self._sums = sums[-1].tolist()
+        self.last_release = released[-1].tolist()
+        return released[:, 0] if self.dimension == 1 else released
+
+    def update(self, value) -> int | np.ndarray:
+        """Release the next step; returns an int (d = 1) or an int64 vector (d > 1)."""
+        if self.dimension > 1:
+            return self.counts(np.asarray(value, dtype=object).reshape(1, -1) if np.ndim(value) == 1 else value)[0]
+        t = self.released
+        if type(value) in (int, bool) and (value == 0 or value == 1) and t < self.horizon and self.state_path is None:
+            index = t - self._buffer_start  # fast path: the arithmetic of ``counts`` on Python ints
+            if not 0 <= index < len(self._buffer):
+                self._noise(t, t + 1)
+                index = 0
+            if self._buffer_list is None:
+                self._buffer_list = self._buffer[:, 0].tolist()
+            self._sums[0] += int(value)
+            self.released = t + 1
+            result = self._sums[0] + self._buffer_list[index]
+            self.last_release = [result]
+            return result
+        return int(self.counts([value])[0])
+
+    @property
+    def prefix_sums(self) -> np.ndarray:
+        """The exact running counts S_t (not private: never release them)."""
+        return np.array(self._sums, dtype=np.int64)
+
+    # ------------------------------------------------------------------ state files
+
+    def _record(self, *, released: int, prefix_sums, last_release) -> dict:
+        record = {
+            "format": STATE_FORMAT,
+            "library_version": pure_dp_mf.__version__,
+            "lineage": self.lineage,
+            "base": {
+                "sha256": self.base_sha256,
+                "file": self.base_file,
+                "base_size": self.base.n,
+                "inner_size": self.base.inner_size,
+            },
+            "metric": self.metric,
+            "epsilon": self.epsilon.hex(),
+            "horizon": self.horizon,
+            "dimension": self.dimension,
+            "alphas": [alpha.hex() for alpha in self.alphas],
+            "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
+            "scale": self.scale.hex(),
+            "generator": self.rng.to_record(),
+            "released": int(released),
+            "prefix_sums": [int(s) for s in prefix_sums],
+            "last_release": None if last_release is None else [int(v) for v in last_release],
+        }
+        record["checksum"] = _checksum(record)
+        return record
+
+    def _persist(self, *, released: int, prefix_sums, last_release) -> None:
+        """State first, then the ledger, both atomic: always ledger ≤ state on disk."""
+        record = self._record(released=released, prefix_sums=prefix_sums, last_release=last_release)
+        atomic_write_text(self.state_path, json.dumps(record, sort_keys=True))
+        atomic_write_text(_ledger(self.state_path), json.dumps({"lineage": self.lineage, "released": int(released)}))
+
+    def save_state(self, path: str | os.PathLike) -> Path:
+        """Write the state to ``path`` (atomically, mode 0600: it holds the generator key) and
+        keep it current before every later release (see the class docstring)."""
+        path = Path(path)
+        if not path.parent.exists():
+            raise StateFileError(f"cannot write {path}: folder {path.parent} does not exist")
+        self.state_path = path
+        self._persist(released=self.released, prefix_sums=self.prefix_sums, last_release=self.last_release)
+        return path
+
+    @classmethod
+    def resume(
+        cls,
+        path: str | os.PathLike,
+        *,
+        base: Factorization | str | os.PathLike | None = None,
+        epsilon: float | None = None,
+        horizon: int | None = None,
+        rng: NoiseGenerator | None = None,
+    ) -> "ContinualCounter":
+        """The counter saved in ``path``, bound to it again. ``base`` (default: the file the state
+        names), ``epsilon``, ``horizon`` and ``rng``, when given, must match the state."""
+        record = read_state(path)
+        if epsilon is not None and float.fromhex(record["epsilon"]) != check_positive(epsilon, name="epsilon"):
+            raise StateFileError(f"{path}: the state is for epsilon {float.fromhex(record['epsilon'])}, not {epsilon}")
+        if horizon is not None and record["horizon"] != horizon:
+            raise StateFileError(f"{path}: the state is for horizon {record['horizon']}, not {horizon}")
+        generator = NoiseGenerator.from_record(record["generator"])
+        if rng is not None and (rng.key != generator.key or rng.seeded != generator.seeded):
+            raise StateFileError(f"{path}: the state was made with another generator (seed)")
+        if base is None:
+            if not record["base"]["file"]:
+                raise StateFileError(f"{path}: the state names no base file; pass the base")
+            base = record["base"]["file"]
+        counter = cls(
+            base=base,
+            epsilon=float.fromhex(record["epsilon"]),
+            horizon=record["horizon"],
+            dimension=record["dimension"],
+            rng=generator,
+            metric=record["metric"],
+            alphas=[float.fromhex(alpha) for alpha in record["alphas"]],
+            _released=record["released"],
+            _prefix_sums=record["prefix_sums"],
+            _lineage=record["lineage"],
+        )
+        if counter.base_sha256 != record["base"]["sha256"]:
+            raise StateFileError(f"{path}: the state belongs to another base factorization (sha256 differs)")
+        if counter.scale.hex() != record["scale"]:
+            raise StateFileError(f"{path}: the noise scale recomputed from the base differs from the state's")
+        counter.last_release = record["last_release"]
+        counter.state_path = Path(path)
+        return counter
+
+
+def _checksum(record: dict) -> str:
+    body = {key: value for key, value in record.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _ledger(path: Path) -> Path:
+    return path.with_name(path.name + LEDGER_SUFFIX)
+
+
+_FIELDS = {
+    "lineage": str, "base": dict, "metric": str, "epsilon": str, "horizon": int, "dimension": int,
+    "alphas": list, "sensitivity": list, "scale": str, "generator": dict, "released": int, "prefix_sums": list,
+}
+
+
+def read_state(path: str | os.PathLike) -> dict:
+    """Read and check a state file and its ledger; every problem is a ``StateFileError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise StateFileError(f"{path}: no such state file")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise StateFileError(f"{path}: corrupted state file ({type(error).__name__})") from None
+    if not isinstance(record, dict) or record.get("format") != STATE_FORMAT:
+        raise StateFileError(f"{path}: not a counter state file (format {STATE_FORMAT!r} expected)")
+    if record.get("checksum") != _checksum(record):
+        raise StateFileError(f"{path}: corrupted state file (checksum mismatch)")
+    for name, kind in _FIELDS.items():
+        if not isinstance(record.get(name), kind):
+            raise StateFileError(f"{path}: state field {name!r} is missing or malformed")
+    ledger_path = _ledger(path)
+    if ledger_path.exists():
+        try:
+            ledger = json.loads(ledger_path.read_text(encoding="utf-8"))
+            ledger_lineage, ledger_released = ledger["lineage"], int(ledger["released"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            raise StateFileError(f"{ledger_path}: corrupted release ledger") from None
+        if ledger_lineage != record["lineage"]:
+            raise StateFileError(f"{ledger_path}: the release ledger belongs to another counter")
+        if ledger_released > record["released"]:
+            raise StateFileError(
+                f"{path}: stale state: it has {record['released']} released steps but {ledger_released} were released; "
+                "resuming would release steps again"
+            )
+    return record
