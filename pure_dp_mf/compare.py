@@ -5,9 +5,10 @@ exact finite-n MaxSE and MeanSE (from ``trees.tree_costs``) and the leading cons
 MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (DESIGN.md), sorted by error. Mechanisms with an arity
 appear with the best arity for MaxSE and the best arity for MeanSE (one row when they agree).
 
-Other mechanisms join the table through row providers: any callable ``provider(*, n, epsilon)``
-returning ``ComparisonRow`` objects, passed in ``providers=`` or registered once with
-``register_row_provider`` (the lifted factorization mechanism adds its rows this way).
+The lifted factorization mechanism (``lifted_rows``, best shipped base per metric) is in the
+default table. Other mechanisms join it through row providers: any callable
+``provider(*, n, epsilon)`` returning ``ComparisonRow`` objects, passed in ``providers=`` or
+registered once with ``register_row_provider``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,15 @@ def tree_rows(*, n: int, epsilon: float = 1.0) -> list[ComparisonRow]:
     return rows
 
 
-_REGISTERED: list[RowProvider] = [tree_rows]
+def lifted_rows(*, n: int, epsilon: float = 1.0) -> list[ComparisonRow]:
+    """Rows of the lifted factorization mechanism (paper 001, Theorem 2.5): for each metric, the
+    shipped base in ``base_factorizations/`` whose lift has the least error at n (``lift.py``)."""
+    from pure_dp_mf.lift import lifted_comparison_rows  # lift.py builds ComparisonRow: import late
+
+    return lifted_comparison_rows(n=n, epsilon=epsilon)
+
+
+_REGISTERED: list[RowProvider] = [tree_rows, lifted_rows]
 
 
 def register_row_provider(provider: RowProvider) -> None:

@@ -19,7 +19,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def test_rows_are_exact_tree_errors_sorted():
     n, epsilon = 2**20, 0.5
-    rows = compare.comparison_rows(n=n, epsilon=epsilon)
+    rows = compare.comparison_rows(n=n, epsilon=epsilon, providers=[compare.tree_rows])
     assert {row.mechanism for row in rows} == set(trees.MECHANISMS)
     assert [row.max_se for row in rows] == sorted(row.max_se for row in rows)
     for row in rows:
@@ -35,7 +35,7 @@ def test_rows_are_exact_tree_errors_sorted():
     for mechanism in trees.ARITY_MECHANISMS:
         covered = [metric for row in rows if row.mechanism == mechanism for metric in row.best_for]
         assert sorted(covered) == ["maxse", "meanse"]
-    by_mean = compare.comparison_rows(n=n, epsilon=epsilon, sort_by="meanse")
+    by_mean = compare.comparison_rows(n=n, epsilon=epsilon, sort_by="meanse", providers=[compare.tree_rows])
     assert [row.mean_se for row in by_mean] == sorted(row.mean_se for row in by_mean)
 
 
@@ -46,11 +46,21 @@ def test_extra_row_providers_join_the_table():
     rows = compare.comparison_rows(n=64, providers=[compare.tree_rows, lifted])
     assert rows[0].mechanism == "lifted" and rows[0].max_se_constant == 1.0 / 6**3
     assert len(compare.comparison_rows(n=64, providers=[lifted])) == 1
-    assert "lifted" not in {row.mechanism for row in compare.comparison_rows(n=64)}
+    assert "test" not in {row.source for row in compare.comparison_rows(n=64)}
+
+
+def test_default_table_has_trees_and_the_lifted_mechanism():
+    from pure_dp_mf.lift import lifted_comparison_rows
+
+    rows = compare.comparison_rows(n=2**30, epsilon=0.5)
+    assert {row.mechanism for row in rows} == set(trees.MECHANISMS) | {"lifted"}
+    lifted = [row for row in rows if row.mechanism == "lifted"]
+    assert lifted == lifted_comparison_rows(n=2**30, epsilon=0.5)
+    assert sorted(metric for row in lifted for metric in row.best_for) == ["maxse", "meanse"]
 
 
 def test_n_one_and_bad_input():
-    rows = compare.comparison_rows(n=1)
+    rows = compare.comparison_rows(n=1, providers=[compare.tree_rows])
     assert all(math.isnan(row.max_se_constant) and row.max_se == 2.0 for row in rows)
     for bad in (dict(n=0), dict(n=2.5), dict(n=8, epsilon=0), dict(n=8, epsilon=float("nan")), dict(n=8, sort_by="x")):
         with pytest.raises(InvalidInputError):
@@ -61,7 +71,7 @@ def test_plot(tmp_path):
     path = compare.plot_leading_constants(path=tmp_path / "constants.png", exponents=[4, 6])
     assert path.read_bytes().startswith(PNG_SIGNATURE)
     series = compare.leading_constant_series(exponents=[6])
-    assert list(series) == list(trees.MECHANISMS)
+    assert list(series) == [*trees.MECHANISMS, "lifted"]
     row = series["kary"][0]
     best = [trees.tree_costs(mechanism="kary", n=64, arity=trees.best_arity(mechanism="kary", n=64, metric=m)) for m in trees.METRICS]
     assert row == (6, best[0].max_se_constant(), best[1].mean_se_constant())

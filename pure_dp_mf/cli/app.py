@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Iterable, Sequence
 
 import typer
@@ -22,7 +23,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Piped output (files, CI logs) gets wide tables rather than names cut to fit 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 error_console = Console(stderr=True)
 
 
