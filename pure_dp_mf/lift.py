@@ -618,8 +618,13 @@ class LiftedFamily:
     def asymptotic_constant(self) -> float:
         """2c²/log₂(2k+1)³ = 2C²·(log₂k / log₂(2k+1))³ (Theorem 2.5), c = c₂ or c_F of the base."""
         norms = self.base_norms
-        L2 = float(norms.max_row_norm_squared) if self.metric == "maxse" else float(norms.frobenius_squared) / self.k
-        return 2 * L2 * float(norms.sensitivity) ** 2 / math.log2(2 * self.k + 1) ** 3
+        # Exact product first: the factors may over/underflow in floats while c² does not.
+        L2 = Fraction(norms.max_row_norm_squared) if self.metric == "maxse" else Fraction(norms.frobenius_squared) / self.k
+        try:
+            c_squared = float(L2 * Fraction(norms.sensitivity) ** 2)
+        except OverflowError:
+            raise InvalidInputError("the base's cost c² is too large for float64; it cannot be a useful factorization") from None
+        return 2 * c_squared / math.log2(2 * self.k + 1) ** 3
 
     def _scaled(self, alpha: Fraction) -> tuple[Number, Number]:
         value = alpha if self.exact else float(alpha)
