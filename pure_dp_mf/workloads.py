@@ -3,8 +3,10 @@
 * ``prefix_sum(n)``: T_n, the n×n lower-triangular all-ones matrix, (T_n x)_t = x_1 + … + x_t.
 * ``strictly_upper(n)``: U_n, the n×n strictly upper-triangular all-ones matrix.
 * ``reversal(n)``: E, the n×n anti-identity (E x reverses x).
+* ``momentum(n)``, ``momentum_cooldown(n)``, ``sgd_workload(n, ...)``: Gaussian-side optimizer
+  workloads of paper 000 section 5 (float64 only; see below).
 
-Each comes in an exact form (``exact=True``: int64 entries, usable with exact arithmetic) and a
+The first three come in an exact form (``exact=True``: int64 entries, usable with exact arithmetic) and a
 float64 form.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
 
@@ -35,3 +38,66 @@ def reversal(n: int, *, exact: bool = False) -> np.ndarray:
     """E: the anti-identity, E[i, n-1-i] = 1."""
     n = check_size(n, name="n")
     return _as(np.eye(n, dtype=np.int64)[::-1], exact)
+
+
+# ----------------------------------------------------------------------------------------------
+# Gaussian side (paper 000, section 5): SGD with momentum and a learning-rate schedule.
+#
+# With heavy-ball momentum m_s = β·m_{s−1} + x_s and steps θ_t = θ_{t−1} − η_t·m_t, the model
+# after t steps is θ_0 − Σ_{s≤t} η_s·m_s, a linear function of the gradient stream x:
+#     A[t, r] = Σ_{s=r}^{t} η_s·β^{s−r}     (r ≤ t),    i.e.  A = T_n·diag(η)·M_β,
+# with M_β the lower-triangular Toeplitz matrix of powers β^{t−r}. β = 0 and η = 1 give T_n.
+
+DEFAULT_MOMENTUM = 0.95
+DEFAULT_COOLDOWN_FRACTION = 0.25
+DEFAULT_FINAL_LEARNING_RATE = 0.05
+
+
+def cooldown_learning_rates(
+    n: int, *, cooldown_fraction: float = DEFAULT_COOLDOWN_FRACTION, final_learning_rate: float = DEFAULT_FINAL_LEARNING_RATE
+) -> np.ndarray:
+    """η: 1.0 on the first steps, then linear from 1.0 to ``final_learning_rate`` over the last
+    round(cooldown_fraction·n) steps (both ends included), as in paper 000 §5.3 / F.2."""
+    n = check_size(n, name="n")
+    if not 0 <= cooldown_fraction <= 1:
+        raise InvalidInputError(f"cooldown_fraction must be in [0, 1], got {cooldown_fraction!r}")
+    if not (np.isfinite(final_learning_rate) and final_learning_rate > 0):
+        raise InvalidInputError(f"final_learning_rate must be a positive number, got {final_learning_rate!r}")
+    rates = np.ones(n)
+    steps = int(round(cooldown_fraction * n))
+    if steps >= 2:
+        rates[n - steps:] = np.linspace(1.0, final_learning_rate, steps)
+    elif steps == 1:
+        rates[-1] = final_learning_rate
+    return rates
+
+
+def sgd_workload(n: int, *, momentum: float = 0.0, learning_rates: np.ndarray | None = None) -> np.ndarray:
+    """A = T_n·diag(η)·M_β (float64): the map from gradients to model updates of SGD with
+    momentum β and per-step learning rates η (default all 1)."""
+    n = check_size(n, name="n")
+    if not (isinstance(momentum, (int, float)) and 0 <= momentum < 1):
+        raise InvalidInputError(f"momentum must be a number in [0, 1), got {momentum!r}")
+    rates = np.ones(n) if learning_rates is None else np.asarray(learning_rates, dtype=np.float64)
+    if rates.shape != (n,) or not np.all(np.isfinite(rates)):
+        raise InvalidInputError(f"learning_rates must be {n} finite numbers, got shape {rates.shape}")
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    powers = np.where(lag >= 0, float(momentum) ** np.maximum(lag, 0), 0.0)
+    return np.tri(n) @ (rates[:, None] * powers)
+
+
+def momentum(n: int, *, momentum: float = DEFAULT_MOMENTUM) -> np.ndarray:
+    """SGD with momentum β (default 0.95), constant learning rate: A[t, r] = (1 − β^{t−r+1})/(1 − β)."""
+    return sgd_workload(n, momentum=momentum)
+
+
+def momentum_cooldown(
+    n: int,
+    *,
+    momentum: float = DEFAULT_MOMENTUM,
+    cooldown_fraction: float = DEFAULT_COOLDOWN_FRACTION,
+    final_learning_rate: float = DEFAULT_FINAL_LEARNING_RATE,
+) -> np.ndarray:
+    """SGD with momentum β (0.95) and linear learning-rate cooldown 1.0 → 0.05 over the last quarter."""
+    rates = cooldown_learning_rates(n, cooldown_fraction=cooldown_fraction, final_learning_rate=final_learning_rate)
+    return sgd_workload(n, momentum=momentum, learning_rates=rates)

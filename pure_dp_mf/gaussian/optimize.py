@@ -1,0 +1,557 @@
+"""Optimal factorizations A = B·C under (k,b)-participation by the Lagrange dual (paper 000, §3, App. I).
+
+The problem (Eq. 6). With X = CᵀC and V = AᵀA the loss of Eq. 4 is ‖B‖_F²·sens(C)² with the
+optimal decoder B = A·C⁻¹, ‖B‖_F² = tr(V·X⁻¹); it is invariant under C → αC, so we solve
+
+    minimise tr(V·X⁻¹)  over X ≻ 0  subject to  uᵀXu ≤ 1 for u ∈ 𝒟  [and X_ij ≥ 0 for (i,j) ∈ 𝒮].
+
+Three constraint sets (paper 000, Appendix I.3):
+
+* ``"full"``: 𝒟 = every sign vector u ∈ {±1}^π on every pattern π (b·2^(k−1) of them), 𝒮 = ∅.
+  Exact for scalar contributions (d = 1); small k only.
+* ``"nonnegative"`` (the paper's experiments): 𝒟 = the indicator vectors 1_π (b of them) and
+  𝒮 = all pairs, n² + b multipliers. Then sens² = max_π 1ᵀX[π,π]1 for vectors of any dimension
+  (Theorem 2.1).
+* ``"pairs"`` (the paper's "in between" set): 𝒟 = {1_π}, 𝒮 = Π̂, the pairs sharing a pattern
+  (b·k(k−1) entries), the least that keeps Theorem 2.1 applicable (remark after H.3).
+  Its optimum lies between the other two.
+
+The dual (Theorem 3.1). With multipliers v_u ≥ 0 and Λ ≥ 0 (supported on 𝒮, symmetric), let
+U = Σ_u v_u·u·uᵀ − Λ. For U ≻ 0 the Lagrangian tr(VX⁻¹) + tr(UX) − Σv is minimised by the
+unique X ≻ 0 with X·U·X = V (Lemma I.2), X(U) = U^{−1/2}(U^{1/2}VU^{1/2})^{1/2}U^{−1/2}, and
+
+    g(v, Λ) = 2·tr((U^{1/2}VU^{1/2})^{1/2}) − Σ_u v_u,   ∂g/∂v_u = uᵀX(U)u − 1,   ∂g/∂Λ = −X(U).
+
+Every such (v, Λ) gives the lower bound g ≤ optimum (weak duality). g is concave and
+g(t·v, t·Λ) = 2√t·S − t·Σv with S = tr((U^{1/2}VU^{1/2})^{1/2}), so the best multiple of any
+dual point gives the bound S²/Σv; at the optimum g(v*) = Σ v* (Theorem 3.1).
+
+Computation. With U = LLᵀ (Cholesky) and the eigendecomposition LᵀVL = Q·diag(w)·Qᵀ we have
+S = Σ √w and X(U) = L^{−T}·Q·diag(√w)·Qᵀ·L^{−1} (Lemma I.2 with U_L = L, U_R = Lᵀ): one
+Cholesky, one symmetric eigendecomposition and one triangular solve per evaluation, O(n³).
+
+Solver. We maximise g over the nonnegative orthant by the spectral projected gradient method
+(Birgin, Martínez & Raydan 2000: Barzilai–Borwein steps, projection onto v, Λ ≥ 0, and a
+non-monotone Armijo line search that also rejects points where U is not positive definite).
+It needs only g and its gradient (Theorem 3.1), handles the n² bound constraints of Λ at the
+cost of a clip, and converges for concave g; a Newton method would need an n²×n² Hessian.
+
+Large n: the masked primal. A dual evaluation needs an n×n eigendecomposition (≈ 40 matrix
+products), which is too slow for n in the thousands. For n > ``PRIMAL_ABOVE`` (and n = k·b,
+constraint "nonnegative" or "pairs") we instead minimise tr(V·X⁻¹) by L-BFGS over the
+"orthogonal" family X_ij = 0 for i ≠ j in the same pattern, with each pattern's diagonal summing
+to 1 (the family of jax_privacy's dense.optimize); for such X, sens(X)² = max_π Σ_{i∈π} X_ii
+exactly, for any dimension. Each step costs a Cholesky factorization and two triangular solves.
+At a stationary point the gradient G = X⁻¹VX⁻¹ vanishes off the patterns, so U = G with
+v_π = max_{i∈π} G_ii (|G_ij| ≤ √(G_ii·G_jj) since G ⪰ 0) is dual feasible for both "pairs" and
+"nonnegative" and its bound equals the primal loss: the family contains the optimum of "pairs",
+and of "nonnegative" whenever its optimum there is entrywise ≥ 0 (true for prefix sums in our
+runs). Before convergence we certify with U = G with its off-pattern entries clipped
+(to ≤ 0 for "nonnegative", to 0 for "pairs"), plus δ·I, δ = the largest absolute row sum of the
+clipped part (so U ⪰ G ≻ 0 by Gershgorin), and one eigenvalue computation. Iterates with
+a cheap estimate f²/Σ_π max_{i∈π} G_ii within the gap are certified this way, every
+``check_every`` iterations (the eigenvalues cost about as much as ten L-BFGS steps).
+
+Primal point and certified gap. Each dual iterate yields X(U), which may violate the constraints
+slightly; we repair it into a feasible point — X + c·11ᵀ for "nonnegative", X + c·Σ_classes
+1·1ᵀ for "pairs" (c = the most negative constrained entry; both repairs add a PSD matrix, so
+tr(V·X⁻¹) does not increase) — and evaluate its true loss tr(V·X⁻¹)·sens(X)² with the
+sensitivity of ``sensitivity.py``. We stop when (loss − bound)/bound ≤ ``gap``. Both numbers
+are computed in float64 (this is a numerical certificate, not an exact-arithmetic proof).
+
+The returned encoder C is lower triangular with CᵀC = X (C = E·chol(E·X·E)ᵀ·E, E the reversal),
+scaled to sens(C) = 1, and B = A·C⁻¹; loss, sensitivity and gap are recomputed from that C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import scipy.linalg
+
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.gaussian.participation import Participation
+from pure_dp_mf.gaussian.sensitivity import gram_sensitivity_squared, sign_vectors
+from pure_dp_mf.validation import check_matrix, check_positive, check_size
+
+Constraint = Literal["nonnegative", "pairs", "full"]
+CONSTRAINTS = ("nonnegative", "pairs", "full")
+METHODS = ("auto", "dual", "masked-primal")
+DEFAULT_GAP = 1e-3
+DEFAULT_MAX_ITERATIONS = 20_000
+MAX_FULL_VECTORS = 4096
+SINGLE_THREAD_BELOW = 256
+PRIMAL_ABOVE = 256
+LBFGS_MEMORY = 8
+
+
+def _blas_threads(n: int):
+    """One BLAS thread for small problems: thread hand-offs cost more than n³ flops there
+    (measured 15× slower at n = 6 on a loaded 2-core machine). No-op without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - optional
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas") if n < SINGLE_THREAD_BELOW else contextlib.nullcontext()
+
+
+@dataclass
+class OptimizationResult:
+    """An optimised factorization A = B·C with its certificate (see the module docstring)."""
+
+    encoder: np.ndarray
+    decoder: np.ndarray
+    loss: float
+    dual_bound: float
+    relative_gap: float
+    sensitivity_squared: float
+    multipliers: np.ndarray
+    constraint: str
+    max_participations: int
+    min_sep: int
+    iterations: int
+    converged: bool
+    seconds: float
+    workload_name: str | None = None
+    history: list = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.encoder.shape[1])
+
+    def metadata(self) -> dict:
+        """The record stored with the factorization (DESIGN.md "Files")."""
+        return {
+            "metric": "meanse",
+            "made_by": {
+                "tool": "pure_dp_mf.gaussian.optimize",
+                "mechanism": "gaussian",
+                "workload": self.workload_name,
+                "constraint": self.constraint,
+                "max_participations": self.max_participations,
+                "min_sep": self.min_sep,
+                "loss": self.loss,
+                "sensitivity_squared": self.sensitivity_squared,
+                "sensitivity": float(np.sqrt(self.sensitivity_squared)),
+                "sensitivity_method": _sensitivity_method(self.constraint),
+                "dual_bound": self.dual_bound,
+                "relative_gap": self.relative_gap,
+                "converged": self.converged,
+                "iterations": self.iterations,
+                "wall_seconds": self.seconds,
+            },
+        }
+
+    def to_factorization(self):
+        """The ``Factorization`` (decoder B, encoder C) with the loss, sensitivity and gap in its metadata."""
+        from pure_dp_mf.factorization import Factorization
+
+        return Factorization(decoder=self.decoder, encoder=self.encoder, metadata=self.metadata())
+
+
+def _sensitivity_method(constraint: str) -> str:
+    return "exact" if constraint == "full" else "nonnegative"
+
+
+class _Dual:
+    """g, ∇g and X(U) for one problem; the multipliers z = (v, λ) live in one vector."""
+
+    def __init__(self, A: np.ndarray, schema: Participation, constraint: str) -> None:
+        n = schema.n
+        self.A, self.schema, self.constraint = A, schema, constraint
+        self.V = A.T @ A
+        patterns = schema.patterns
+        if constraint == "full":
+            signs = sign_vectors(schema.max_participations)
+            count = patterns.shape[0] * signs.shape[0]
+            if count > MAX_FULL_VECTORS:
+                raise InvalidInputError(
+                    f"the full constraint set has {count} sign vectors (b·2^(k−1)), more than {MAX_FULL_VECTORS}; "
+                    "use constraint 'nonnegative' or 'pairs'"
+                )
+            vectors = np.zeros((count, n))
+            for p, pattern in enumerate(patterns):
+                vectors[p * signs.shape[0]:(p + 1) * signs.shape[0], pattern] = signs
+            rows = cols = np.zeros(0, dtype=np.int64)
+        else:
+            vectors = np.zeros((patterns.shape[0], n))
+            np.put_along_axis(vectors, patterns, 1.0, axis=1)
+            support = np.triu(np.ones((n, n), dtype=bool), 1)
+            if constraint == "pairs":
+                support &= schema.pair_mask
+            rows, cols = np.nonzero(support)
+        self.vectors, self.rows, self.cols = vectors, rows, cols
+        self.m = vectors.shape[0]
+
+    def initial(self) -> np.ndarray:
+        """v = 1 and Λ cancelling the off-diagonal of Σ v·u·uᵀ on its support: U is diagonal and ≻ 0."""
+        v = np.ones(self.m)
+        P = self.vectors.T @ self.vectors
+        return np.concatenate([v, P[self.rows, self.cols]])
+
+    def U(self, z: np.ndarray) -> np.ndarray:
+        v, lam = z[: self.m], z[self.m:]
+        U = (self.vectors.T * v) @ self.vectors
+        U[self.rows, self.cols] -= lam
+        U[self.cols, self.rows] -= lam
+        return U
+
+    def evaluate(self, z: np.ndarray):
+        """(g, ∇g, X(U), S) at z, or None where U is not positive definite."""
+        try:
+            L = scipy.linalg.cholesky(self.U(z), lower=True, check_finite=False)
+        except (scipy.linalg.LinAlgError, ValueError):
+            return None
+        M = self.A @ L
+        w, Q = scipy.linalg.eigh(M.T @ M, check_finite=False)
+        w = np.maximum(w, 0.0)
+        Y = _solve_lower(L, Q * np.sqrt(np.sqrt(w)), transpose=True)
+        X = Y @ Y.T
+        S = float(np.sum(np.sqrt(w)))
+        v = z[: self.m]
+        g = 2.0 * S - float(np.sum(v))
+        grad = np.concatenate([np.einsum("ij,jk,ik->i", self.vectors, X, self.vectors) - 1.0, -2.0 * X[self.rows, self.cols]])
+        return g, grad, X, S
+
+
+def _solve_lower(L: np.ndarray, B: np.ndarray, *, transpose: bool = False) -> np.ndarray:
+    """L⁻¹·B (or L⁻ᵀ·B) for lower-triangular invertible L, by LAPACK's trtrs (scipy's wrapper
+    ``solve_triangular`` costs milliseconds of overhead per call, which dominates small problems)."""
+    solution, info = scipy.linalg.lapack.dtrtrs(L, B, lower=1, trans=1 if transpose else 0)
+    if info != 0:
+        raise InvalidInputError("a triangular factor is singular")
+    return solution
+
+
+def _repair(X: np.ndarray, schema: Participation, constraint: str) -> np.ndarray:
+    """A feasible Gram matrix ⪰ X (see the module docstring)."""
+    if constraint == "nonnegative":
+        c = max(0.0, -float(np.min(X)))
+        return X + c if c > 0 else X
+    if constraint == "pairs":
+        c = max(0.0, -float(np.min(X[schema.pair_mask])))
+        if c > 0:
+            i = np.arange(schema.n)
+            X = X + c * (i[:, None] % schema.min_sep == i[None, :] % schema.min_sep)
+        return X
+    return X
+
+
+def _primal_loss(V: np.ndarray, X: np.ndarray, schema: Participation, constraint: str) -> float:
+    """tr(V·X⁻¹)·sens(X)² for a Gram matrix X (inf where X is not positive definite)."""
+    try:
+        L = scipy.linalg.cholesky(X, lower=True, check_finite=False)
+    except (scipy.linalg.LinAlgError, ValueError):
+        return float("inf")
+    K = _solve_lower(L, np.eye(X.shape[0]))
+    trace = float(np.sum((K.T @ K) * V))
+    return trace * gram_sensitivity_squared(gram=X, schema=schema, method=_sensitivity_method(constraint))
+
+
+def lower_triangular_factor(gram: np.ndarray) -> np.ndarray:
+    """The lower-triangular C with CᵀC = X (X ≻ 0): C = E·chol(E·X·E)ᵀ·E."""
+    try:
+        L = np.linalg.cholesky(gram[::-1, ::-1])
+    except np.linalg.LinAlgError:
+        raise InvalidInputError("the Gram matrix is not positive definite") from None
+    return np.ascontiguousarray(L.T[::-1, ::-1])
+
+
+def check_workload(workload: object) -> np.ndarray:
+    """A square, lower-triangular, invertible, finite workload A (float64)."""
+    A = check_matrix(workload, name="workload")
+    if A.shape[0] != A.shape[1]:
+        raise InvalidInputError(f"the workload must be square (n×n), got shape {A.shape}")
+    if np.any(np.triu(A, 1) != 0):
+        raise InvalidInputError("the workload must be lower triangular (a streaming workload)")
+    if np.any(np.diag(A) == 0):
+        raise InvalidInputError("the workload has a zero on its diagonal, so it is singular")
+    return A
+
+
+def optimize(
+    *,
+    workload: object,
+    max_participations: int,
+    min_sep: int | None = None,
+    gap: float = DEFAULT_GAP,
+    constraint: Constraint = "nonnegative",
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
+    check_every: int = 10,
+    progress: bool = False,
+    workload_name: str | None = None,
+    method: str = "auto",
+) -> OptimizationResult:
+    """Optimal encoder/decoder for ``workload`` A (n×n) under (k,b)-participation (paper 000, §3).
+
+    ``min_sep`` b defaults to n/k. Stops once (loss − dual bound)/dual bound ≤ ``gap`` or after
+    ``max_iterations`` (then ``converged`` is False and the achieved gap is reported).
+    ``method``: "dual" (spectral projected gradient on the dual), "masked-primal" (L-BFGS on the
+    orthogonal family, certified by a dual point; n = k·b, not "full"), or "auto" (masked-primal
+    above n = 256 where possible, else dual).
+
+    Guarantee: the returned C has sens(C)² = ``sensitivity_squared`` (≈ 1) under the schema,
+    computed by Theorem 2.1 ("nonnegative", "pairs": vector contributions of any dimension) or by
+    enumeration of sign vectors ("full": scalar contributions), and ``dual_bound`` is a lower
+    bound on the optimum of the chosen constraint set (up to float64 rounding).
+    """
+    started = time.perf_counter()
+    A = check_workload(workload)
+    n = A.shape[0]
+    k = check_size(max_participations, name="max_participations")
+    if min_sep is None:
+        if n % k:
+            raise InvalidInputError(f"n = {n} is not a multiple of max_participations = {k}; give min_sep")
+        min_sep = n // k
+    schema = Participation(max_participations=k, min_sep=min_sep, n=n)
+    gap = check_positive(gap, name="gap")
+    if constraint not in CONSTRAINTS:
+        raise InvalidInputError(f"unknown constraint {constraint!r}; expected one of {CONSTRAINTS}")
+    max_iterations = check_size(max_iterations, name="max_iterations")
+    check_every = check_size(check_every, name="check_every")
+    if method not in METHODS:
+        raise InvalidInputError(f"unknown method {method!r}; expected one of {METHODS}")
+    primal_possible = constraint != "full" and n == k * schema.min_sep
+    if method == "masked-primal" and not primal_possible:
+        raise InvalidInputError("the masked primal method needs n = k·b and constraint 'nonnegative' or 'pairs'")
+    if method == "masked-primal" or (method == "auto" and primal_possible and n > PRIMAL_ABOVE):
+        with _Progress(progress, max_iterations) as bar, _blas_threads(n):
+            X, bound, v, iteration, history = _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
+        return _result(A, schema, constraint, X, bound, v, iteration, gap, started, workload_name, history)
+
+    dual = _Dual(A, schema, constraint)
+    z = dual.initial()
+    state = dual.evaluate(z)
+    if state is None:  # U = diag(counts) is always positive definite
+        raise AssertionError("initial dual point is not positive definite")
+    best_bound, best_loss, best_X, best_v = -np.inf, np.inf, None, None
+    history: list = []
+    memory = 10
+    recent = [-state[0]]
+    step = 1.0
+    iteration = 0
+    relative_gap = np.inf
+
+    bar = _Progress(progress, max_iterations)
+    with bar, _blas_threads(n):
+        while True:
+            g, grad, X, S = state
+            if iteration % check_every == 0 or iteration == max_iterations:
+                scale = (S / float(np.sum(z[: dual.m]))) ** 2
+                bound = S * S / float(np.sum(z[: dual.m]))
+                if bound > best_bound:
+                    best_bound, best_v = bound, z[: dual.m] * scale
+                candidate = _repair(X, schema, constraint)
+                loss = _primal_loss(dual.V, candidate, schema, constraint)
+                if loss < best_loss:
+                    best_loss, best_X = loss, candidate
+                relative_gap = (best_loss - best_bound) / best_bound
+                history.append((iteration, best_loss, best_bound, relative_gap))
+                bar.update(iteration, best_loss, best_bound, relative_gap)
+                if relative_gap <= gap or iteration >= max_iterations:
+                    break
+            # spectral projected gradient ascent step on g (minimising −g)
+            direction = np.maximum(z + step * grad, 0.0) - z
+            slope = float(grad @ direction)
+            reference = max(recent)
+            t = 1.0
+            while True:
+                trial = z + t * direction
+                new = dual.evaluate(trial)
+                if new is not None and -new[0] <= reference - 1e-4 * t * slope:
+                    break
+                t *= 0.5
+                if t < 1e-12:
+                    new = None
+                    break
+            if new is None:  # no progress possible at this precision
+                break
+            s, y = trial - z, -(new[1] - grad)
+            sy = float(s @ y)
+            step = float(s @ s) / sy if sy > 0 else 1e3 * max(step, 1.0)
+            step = min(max(step, 1e-10), 1e10)
+            z, state = trial, new
+            recent = (recent + [-new[0]])[-memory:]
+            iteration += 1
+        if best_X is None:
+            best_X = _repair(state[2], schema, constraint)
+    return _result(A, schema, constraint, best_X, best_bound, best_v, iteration, gap, started, workload_name, history)
+
+
+def _result(A, schema, constraint, best_X, best_bound, best_v, iteration, gap, started, workload_name, history):
+    """Factor the best feasible Gram matrix into the returned, renormalised C and B (see the module docstring)."""
+    C = lower_triangular_factor(best_X)
+    method = _sensitivity_method(constraint)
+    C /= np.sqrt(gram_sensitivity_squared(gram=C.T @ C, schema=schema, method=method))
+    sens2 = gram_sensitivity_squared(gram=C.T @ C, schema=schema, method=method)
+    B = _solve_lower(C, np.ascontiguousarray(A.T), transpose=True).T
+    loss = float(np.sum(B * B)) * sens2
+    relative_gap = (loss - best_bound) / best_bound
+    return OptimizationResult(
+        encoder=C,
+        decoder=B,
+        loss=loss,
+        dual_bound=float(best_bound),
+        relative_gap=float(relative_gap),
+        sensitivity_squared=sens2,
+        multipliers=best_v,
+        constraint=constraint,
+        max_participations=schema.max_participations,
+        min_sep=schema.min_sep,
+        iterations=iteration,
+        converged=bool(relative_gap <= gap),
+        seconds=time.perf_counter() - started,
+        workload_name=workload_name,
+        history=history,
+    )
+
+
+def _masked_certificate(A, G, schema, constraint):
+    """A dual lower bound from the gradient G = X⁻¹VX⁻¹ of a masked primal point (module docstring)."""
+    n, b = schema.n, schema.min_sep
+    classes = np.arange(n) % b
+    cross = classes[:, None] != classes[None, :]
+    U = G.copy()
+    clip = cross if constraint == "pairs" else cross & (U > 0)
+    U[clip] = 0.0
+    try:
+        L = scipy.linalg.cholesky(U, lower=True, check_finite=False)
+    except (scipy.linalg.LinAlgError, ValueError):
+        U[np.diag_indices(n)] += float(np.max(np.sum(np.abs(np.where(clip, G, 0.0)), axis=1)))
+        L = scipy.linalg.cholesky(U, lower=True, check_finite=False)
+    M = A @ L
+    S = float(np.sum(np.sqrt(np.maximum(scipy.linalg.eigh(M.T @ M, eigvals_only=True, check_finite=False), 0.0))))
+    v = np.zeros(b)
+    np.maximum.at(v, classes, np.diag(U))
+    bound = S * S / float(np.sum(v))
+    return bound, v * (S / float(np.sum(v))) ** 2
+
+
+def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar):
+    """L-BFGS on the orthogonal family with dual certificates (module docstring)."""
+    n, b, k = schema.n, schema.min_sep, schema.max_participations
+    classes = np.arange(n) % b
+    free = classes[:, None] != classes[None, :]
+    AT = np.ascontiguousarray(A.T)
+
+    def project(D):
+        P = np.where(free, D, 0.0)
+        d = np.diag(D)
+        P[np.diag_indices(n)] = d - (np.bincount(classes, weights=d, minlength=b) / k)[classes]
+        return P
+
+    def value(X):
+        try:
+            L = scipy.linalg.cholesky(X, lower=True, check_finite=False)
+        except (scipy.linalg.LinAlgError, ValueError):
+            return None
+        K = _solve_lower(L, AT)
+        H = _solve_lower(L, K, transpose=True)
+        return float(np.sum(K * K)), H @ H.T
+
+    def loss_of(X):
+        candidate = _repair(X, schema, constraint)
+        if candidate is not X:
+            return _primal_loss(A.T @ A, candidate, schema, constraint), candidate
+        return f * gram_sensitivity_squared(gram=X, schema=schema), X
+
+    X = np.eye(n) / k
+    f, G = value(X)
+    gradient = project(-G)
+    pairs: list = []
+    history: list = []
+    best_bound, best_v, best_loss, best_X = -np.inf, None, np.inf, X
+    iteration = 0
+    while True:
+        estimate = f * f / float(np.sum(np.maximum.reduceat(np.diag(G)[np.argsort(classes, kind="stable")], np.arange(0, n, k))))
+        due = iteration % check_every == 0 and (f - estimate) / estimate <= gap
+        if due or iteration >= max_iterations:
+            loss, candidate = loss_of(X)
+            if loss < best_loss:
+                best_loss, best_X = loss, candidate
+            bound, v = _masked_certificate(A, G, schema, constraint)
+            if bound > best_bound:
+                best_bound, best_v = bound, v
+            relative_gap = (best_loss - best_bound) / best_bound
+            history.append((iteration, best_loss, best_bound, relative_gap))
+            bar.update(iteration, best_loss, best_bound, relative_gap)
+            if relative_gap <= gap or iteration >= max_iterations:
+                break
+        elif iteration % 10 == 0:
+            bar.update(iteration, f, estimate, (f - estimate) / estimate)
+        # L-BFGS direction from the projected gradient (two-loop recursion)
+        q = gradient.copy()
+        alphas = []
+        for s_, y_, rho in reversed(pairs):
+            alpha = rho * float(np.sum(s_ * q))
+            q -= alpha * y_
+            alphas.append(alpha)
+        if pairs:
+            s_, y_, _ = pairs[-1]
+            q *= float(np.sum(s_ * y_)) / float(np.sum(y_ * y_))
+        else:
+            q /= float(np.max(np.abs(q))) * k
+        for (s_, y_, rho), alpha in zip(pairs, reversed(alphas)):
+            q += s_ * (alpha - rho * float(np.sum(y_ * q)))
+        direction = -q
+        slope = float(np.sum(gradient * direction))
+        if slope >= 0:  # not a descent direction: restart from the gradient
+            pairs.clear()
+            direction = -gradient / (float(np.max(np.abs(gradient))) * k)
+            slope = float(np.sum(gradient * direction))
+        t = 1.0
+        while True:
+            trial = X + t * direction
+            new = value(trial)
+            if new is not None and new[0] <= f + 1e-4 * t * slope:
+                break
+            t *= 0.5
+            if t < 1e-12:
+                new = None
+                break
+        if new is None:
+            loss, candidate = loss_of(X)
+            if loss < best_loss:
+                best_loss, best_X = loss, candidate
+            bound, v = _masked_certificate(A, G, schema, constraint)
+            if bound > best_bound:
+                best_bound, best_v = bound, v
+            break
+        new_gradient = project(-new[1])
+        s_, y_ = trial - X, new_gradient - gradient
+        sy = float(np.sum(s_ * y_))
+        if sy > 0:
+            pairs = (pairs + [(s_, y_, 1.0 / sy)])[-LBFGS_MEMORY:]
+        X, (f, G), gradient = trial, new, new_gradient
+        iteration += 1
+    return best_X, best_bound, best_v, iteration, history
+
+
+class _Progress:
+    """A rich progress bar showing primal loss, dual bound and gap (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total, self.progress = enabled, total, None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
+            self.progress.__enter__()
+            self.task = self.progress.add_task("dual ascent", total=self.total)
+        return self
+
+    def update(self, iteration: int, loss: float, bound: float, gap: float) -> None:
+        if self.progress is not None:
+            self.progress.update(
+                self.task, completed=iteration, description=f"loss {loss:.6g}  dual {bound:.6g}  gap {gap:.2e}"
+            )
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
