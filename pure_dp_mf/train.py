@@ -1,0 +1,524 @@
+"""Base factorizations T_k = L·R found numerically (paper 001, section 2.1, Table 2).
+
+Parametrisation. We optimise only the encoder R (s×k, s = ``inner_size`` ≥ k, square by
+default) and take the decoder L = T_k·R⁺, i.e. L = T_k·R⁻¹ for square R (one LU solve of
+Rᵀ·Lᵀ = T_kᵀ) and L = T_k·(RᵀR)⁻¹·Rᵀ otherwise. For a fixed R every row ℓ_t of L solves
+ℓ_t·R = (T_k)_t with minimal ℓ2 norm, so this L minimises every row norm at once: it is the
+optimal decoder for both ‖L‖₂→∞ (MaxSE) and ‖L‖_F (MeanSE), and the search runs over R alone
+with L·R = T_k holding to rounding error throughout.
+
+Objective. The costs c₂ = ‖L‖₂→∞·‖R‖₁→₁ and c_F = ‖L‖_F·‖R‖₁→₁/√k are invariant under
+R → R/c (L → c·L); we fix the scale ‖R‖₁→₁ = 1 after every step, which changes no cost. The
+maxima are non-smooth (at an optimum many rows and columns tie), so Adam minimises the log of
+a smooth surrogate,
+
+    log ĉ = ½·smax_p(log ‖L_t‖²) + smax_p(log ‖R_{:,j}‖₁)         (MaxSE)
+    log ĉ = ½·log(‖L‖_F²/k)      + smax_p(log ‖R_{:,j}‖₁)         (MeanSE)
+
+with smax_p(v) = logsumexp(p·v)/p, which lies in [max v, max v + log(k)/p]: the log of a p-norm
+of the row norms / column sums. The exponent p is annealed geometrically from ``p_start`` to
+``p_end`` (the surrogate tends to the true cost) while the learning rate decays geometrically
+from ``learning_rate`` (default min(0.05, 0.64/k)) to ``final_learning_rate`` (default 1/1000
+of it); L-BFGS (strong Wolfe line search) then polishes at p = ``p_end``. ``surrogate="exact"`` minimises the true log-cost instead (max and
+absolute values through their subgradients: the paper's plain procedure, our baseline).
+
+Every reported cost is the true c₂ / c_F of actual matrices, never the surrogate: the trainer
+tracks the best true cost seen, and the returned factorization holds R rounded to the dyadic
+grid 2^-32 with L = T_k·R⁻¹ recomputed in float64, its costs computed on exactly those matrices.
+
+Initialisations (``init``): "identity" (R = I, L = T_k, plus a seeded perturbation),
+"toeplitz" (R = L = the Toeplitz square root of T_k, coefficients binom(2j, j)/4^j), and
+"file" (warm start from a square factorization A·B = T_m with m dividing k, for example the
+shipped base of size k/2: R = diag(B, …, B), for which L = T_k·R⁻¹ has, in block b, the rows
+[a, …, a, A_i, 0, …] with a the last row of A, see ``block_warm_start``).
+
+Checkpoints (torch.save, written atomically) hold the parameter, both optimisers' states, the
+step, the best encoder and the history; randomness (a seeded numpy generator) is drawn only
+for the initial R, so this is the whole state, and a resumed run continues bit for bit like an
+uninterrupted one. Ctrl-C saves a checkpoint and the best factorization found so far.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import pure_dp_mf
+from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
+from pure_dp_mf.factorization import METRICS, Factorization
+from pure_dp_mf.validation import check_positive, check_size
+
+GRID_BITS = 32
+INITS = ("identity", "toeplitz", "file")
+SURROGATES = ("pnorm", "exact")
+CHECKPOINT_FORMAT = "pure_dp_mf.train-checkpoint/1"
+
+# Paper 001, Table 2: 2C₂² (MaxSE) and 2C_F² (MeanSE) of the numerically optimised T_k = L·R.
+PAPER_TABLE_2 = {
+    4: (0.8293, 0.6259),
+    8: (0.3831, 0.3288),
+    16: (0.2455, 0.2093),
+    32: (0.1938, 0.1609),
+    64: (0.1527, 0.1370),
+    128: (0.1322, 0.1207),
+    256: (0.1191, 0.1099),
+    512: (0.1094, 0.1009),
+    1024: (0.1032, 0.0944),
+}
+
+
+def paper_target(*, base_size: int, metric: str) -> float | None:
+    """Table 2's leading constant for ``base_size`` and ``metric`` (None where not listed)."""
+    row = PAPER_TABLE_2.get(base_size)
+    return None if row is None else row[METRICS.index(metric)]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything that determines a training run (recorded in checkpoints and output metadata)."""
+
+    base_size: int
+    metric: str
+    inner_size: int | None = None
+    adam_steps: int = 50_000
+    lbfgs_steps: int = 300
+    learning_rate: float | None = None
+    final_learning_rate: float | None = None
+    p_start: float = 16.0
+    p_end: float = 2048.0
+    surrogate: str = "pnorm"
+    init: str = "identity"
+    init_file: str | None = None
+    init_noise: float = 1e-2
+    seed: int = 0
+    device: str = "cpu"
+    checkpoint_every: int = 1000
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_learning_rate(base_size: int) -> float:
+    """min(0.05, 0.64/k). Adam's first steps move every entry of R by about the learning rate,
+    so a column (ℓ1 norm 1) moves by up to k·lr: 0.64/k keeps that below one. Larger rates
+    wrecked k = 64 (lr 0.02) and k = 256 (lr 0.005) runs; smaller ones were slower (k = 4 … 256)."""
+    return min(0.05, 0.64 / base_size)
+
+
+def check_settings(settings: TrainSettings) -> TrainSettings:
+    """Validate every setting (clear ``InvalidInputError``); returns them with inner_size filled."""
+    k = check_size(settings.base_size, name="base_size", minimum=2)
+    if settings.metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {settings.metric!r}; expected one of {', '.join(METRICS)}")
+    s = k if settings.inner_size is None else check_size(settings.inner_size, name="inner_size", minimum=1)
+    if s < k:
+        raise InvalidInputError(f"inner_size must be at least base_size = {k} (R must have rank k), got {s}")
+    check_size(settings.adam_steps, name="adam_steps", minimum=0)
+    check_size(settings.lbfgs_steps, name="lbfgs_steps", minimum=0)
+    check_size(settings.checkpoint_every, name="checkpoint_every", minimum=1)
+    check_size(settings.seed, name="seed", minimum=0)
+    learning_rate = default_learning_rate(k) if settings.learning_rate is None else settings.learning_rate
+    final_learning_rate = learning_rate / 1000 if settings.final_learning_rate is None else settings.final_learning_rate
+    settings = replace(settings, learning_rate=learning_rate, final_learning_rate=final_learning_rate)
+    for name in ("learning_rate", "final_learning_rate", "p_start", "p_end"):
+        check_positive(getattr(settings, name), name=name)
+    if not (settings.init_noise >= 0 and math.isfinite(settings.init_noise)):
+        raise InvalidInputError(f"init_noise must be a finite number >= 0, got {settings.init_noise!r}")
+    if settings.surrogate not in SURROGATES:
+        raise InvalidInputError(f"unknown surrogate {settings.surrogate!r}; expected one of {', '.join(SURROGATES)}")
+    if settings.init not in INITS:
+        raise InvalidInputError(f"unknown init {settings.init!r}; expected one of {', '.join(INITS)}")
+    if (settings.init == "file") != (settings.init_file is not None):
+        raise InvalidInputError('init "file" needs an init_file, and an init_file needs init "file"')
+    if settings.init_file is not None:
+        source = Factorization.load(settings.init_file)
+        if k % source.n or source.inner_size != source.n:
+            raise InvalidInputError(
+                f"init_file {settings.init_file} factorizes T_{source.n} with inner size {source.inner_size}; "
+                f"a warm start needs a square factorization of T_m with m dividing base_size = {k}"
+            )
+        if s != k:
+            raise InvalidInputError("a warm start from a file needs a square target (inner_size = base_size)")
+    if settings.device not in ("cpu", "cuda"):
+        raise InvalidInputError(f"unknown device {settings.device!r}; expected cpu or cuda")
+    if settings.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InvalidInputError("device cuda was asked for but torch sees no CUDA device; use --device cpu")
+    return replace(settings, base_size=k, inner_size=s)
+
+
+def check_writable(path: str | os.PathLike, *, name: str) -> Path:
+    """Refuse, before any work, an output path that cannot be written."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InvalidInputError(f"{name} {path} is a folder, not a file")
+    if not folder.is_dir():
+        raise InvalidInputError(f"cannot write {name} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InvalidInputError(f"cannot write {name} {path}: permission denied")
+    return path
+
+
+# ------------------------------------------------------------------------------- matrices
+
+
+def toeplitz_square_root(k: int) -> np.ndarray:
+    """S with S·S = T_k: lower-triangular Toeplitz, S[i, i−j] = binom(2j, j)/4^j."""
+    coefficients = np.ones(k)
+    for j in range(1, k):
+        coefficients[j] = coefficients[j - 1] * (2 * j - 1) / (2 * j)
+    index = np.subtract.outer(np.arange(k), np.arange(k))
+    return np.where(index >= 0, coefficients[np.clip(index, 0, None)], 0.0)
+
+
+def block_warm_start(encoder: np.ndarray, k: int) -> np.ndarray:
+    """R = diag(B, …, B) (k/m blocks) for a square factorization A·B = T_m with m dividing k.
+
+    Blockwise, row i of block b of T_k is [𝟙ᵀ, …, 𝟙ᵀ, (T_m)_i, 0, …] and 𝟙ᵀ·B⁻¹ = a, the last
+    row of A, so L = T_k·R⁻¹ has the rows [a, …, a, A_i, 0, …]: ‖R‖₁→₁ = ‖B‖₁→₁ and the row
+    norms grow to (b−1)‖a‖² + ‖A_i‖². A start that is exact, not optimal.
+    """
+    m = encoder.shape[0]
+    if encoder.shape != (m, m) or k % m:
+        raise InvalidInputError(f"a block warm start needs a square m×m encoder with m dividing k = {k}, got {encoder.shape}")
+    return np.kron(np.eye(k // m), encoder)
+
+
+def initial_encoder(settings: TrainSettings, generator: np.random.Generator) -> np.ndarray:
+    """The start R (s×k) of a run: identity, Toeplitz square root or a warm start, plus noise."""
+    k, s = settings.base_size, settings.inner_size
+    if settings.init == "identity":
+        R = np.eye(s, k)
+    elif settings.init == "toeplitz":
+        R = np.vstack([toeplitz_square_root(k), np.zeros((s - k, k))])
+    else:
+        source = Factorization.load(settings.init_file)
+        B = source.dense()[1]
+        R = block_warm_start(B / np.abs(B).sum(axis=0).max(), k)
+    R = R / np.abs(R).sum(axis=0).max()
+    return R + settings.init_noise * generator.standard_normal((s, k)) / k
+
+
+def round_to_grid(encoder: np.ndarray, *, bits: int = GRID_BITS) -> np.ndarray:
+    """R rounded to the dyadic grid 2^-bits (exact in float64 for |R| < 2^(52-bits))."""
+    return np.round(np.asarray(encoder, dtype=np.float64) * 2.0**bits) / 2.0**bits
+
+
+def factorization_from_encoder(encoder: np.ndarray, *, metadata: dict) -> Factorization:
+    """(T_k·R⁺, R) in float64 for R rounded to the grid; square R gives L = T_k·R⁻¹."""
+    R = round_to_grid(encoder)
+    if R.shape[0] == R.shape[1]:
+        return Factorization.from_encoder(R, metadata=metadata)
+    k = R.shape[1]
+    L = np.linalg.solve(R.T @ R, np.tri(k).T).T @ R.T
+    return Factorization(decoder=L, encoder=R, metadata=metadata)
+
+
+# ------------------------------------------------------------------------------- objective
+
+
+class _Objective:
+    """log of the true cost and of its surrogate, with L = T_k·R⁺ (see the module docstring)."""
+
+    def __init__(self, settings: TrainSettings, torch_module, device):
+        self.torch = torch_module
+        self.k, self.s = settings.base_size, settings.inner_size
+        self.metric = settings.metric
+        self.exact = settings.surrogate == "exact"
+        self.T = torch_module.tril(torch_module.ones(self.k, self.k, dtype=torch_module.float64, device=device))
+        self.log_k = math.log(self.k)
+
+    def decoder(self, R):
+        torch = self.torch
+        if self.s == self.k:
+            return torch.linalg.solve(R.T, self.T.T).T
+        return torch.linalg.solve(R.T @ R, self.T.T).T @ R.T
+
+    def __call__(self, R, p: float):
+        """(surrogate log-cost to minimise, true log-cost), both as tensors."""
+        torch = self.torch
+        L = self.decoder(R)
+        log_rows = torch.log((L * L).sum(dim=1))
+        log_columns = torch.log(R.abs().sum(dim=0))
+        if self.metric == "maxse":
+            true = 0.5 * log_rows.max() + log_columns.max()
+        else:
+            true = 0.5 * (torch.logsumexp(log_rows, 0) - self.log_k) + log_columns.max()
+        if self.exact:
+            return true, true
+        column_term = torch.logsumexp(p * log_columns, 0) / p
+        if self.metric == "maxse":
+            surrogate = 0.5 * torch.logsumexp(p * log_rows, 0) / p + column_term
+        else:
+            surrogate = 0.5 * (torch.logsumexp(log_rows, 0) - self.log_k) + column_term
+        return surrogate, true
+
+
+def true_cost_to_constant(log_cost: float, *, base_size: int) -> float:
+    """2C² = 2·c²/log₂(k)³ from log c."""
+    return 2.0 * math.exp(2.0 * log_cost) / math.log2(base_size) ** 3
+
+
+# ------------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainResult:
+    """The returned factorization (rounded R), the history of true constants and how it ended."""
+
+    factorization: Factorization
+    history: list[tuple[int, float]] = field(default_factory=list)
+    steps_done: int = 0
+    interrupted: bool = False
+    wall_time: float = 0.0
+
+
+ProgressCallback = Callable[[int, int, float, float], None]
+
+
+def _schedule(start: float, end: float, fraction: float) -> float:
+    return start * (end / start) ** min(max(fraction, 0.0), 1.0)
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a checkpoint written by ``train_base_factorization`` (clear error if it is not one)."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FactorizationFileError(f"checkpoint {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for foreign or corrupt files
+        raise FactorizationFileError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise FactorizationFileError(f"checkpoint {path}: not a pure_dp_mf training checkpoint")
+    return state
+
+
+def check_resume(path: str | os.PathLike, settings: TrainSettings) -> dict:
+    """The checkpoint at ``path``, refused unless it was made for the same k, metric and inner size."""
+    state = load_checkpoint(path)
+    saved = state["settings"]
+    for name in ("base_size", "metric", "inner_size", "surrogate"):
+        if saved.get(name) != getattr(settings, name):
+            raise InvalidInputError(
+                f"checkpoint {path} was made for {name} = {saved.get(name)!r}, this run has {getattr(settings, name)!r}"
+            )
+    return state
+
+
+def prepare_run(
+    *,
+    settings: TrainSettings,
+    out: str | os.PathLike | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: str | os.PathLike | None = None,
+) -> tuple[TrainSettings, dict | None]:
+    """Check everything a run needs before any work: settings, writable outputs, the resume file.
+
+    Returns the settings to use (on resume, the checkpoint's schedule, seed and initialisation
+    replace the given ones) and the checkpoint state (None for a fresh run).
+    """
+    settings = check_settings(settings)
+    if out is not None:
+        check_writable(out, name="output")
+    if checkpoint is not None:
+        check_writable(checkpoint, name="checkpoint")
+    if resume is None:
+        return settings, None
+    state = check_resume(resume, settings)
+    saved = {key: state["settings"][key] for key in _RESUMED_SETTINGS}
+    return check_settings(replace(settings, **saved)), state
+
+
+_RESUMED_SETTINGS = (
+    "adam_steps", "lbfgs_steps", "learning_rate", "final_learning_rate", "p_start", "p_end",
+    "init", "init_file", "init_noise", "seed",
+)
+
+
+def train_base_factorization(
+    *,
+    settings: TrainSettings,
+    out: str | os.PathLike | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: str | os.PathLike | None = None,
+    progress: ProgressCallback | None = None,
+    stop_after: int | None = None,
+    threads: int | None = None,
+) -> TrainResult:
+    """Minimise c₂ (metric "maxse") or c_F ("meanse") over T_k = L·R; see the module docstring.
+
+    ``out``: write the best factorization (R on the 2^-32 grid, no decoder stored when square).
+    ``checkpoint``: write the training state there every ``settings.checkpoint_every`` steps,
+    at the end and on interruption (SIGINT / SIGTERM, which end the current step first, or a
+    ``KeyboardInterrupt`` raised by ``progress``); an interrupted run still writes ``out``. ``resume``: continue from such a checkpoint (same k, metric,
+    inner size, surrogate; the other settings come from the checkpoint). ``stop_after``: stop
+    (with a checkpoint) after this many total steps, as an interruption would. ``progress`` is
+    called as progress(step, total, current constant, best constant). All inputs are checked
+    before any work starts. Uses only a seeded generator: this is research code, not noise.
+    """
+    settings, state = prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)
+    if stop_after is not None:
+        check_size(stop_after, name="stop_after", minimum=0)
+
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(check_size(threads, name="threads"))
+    device = torch.device(settings.device)
+    k = settings.base_size
+    objective = _Objective(settings, torch, device)
+    total = settings.adam_steps + settings.lbfgs_steps
+
+    if state is None:
+        generator = np.random.default_rng(settings.seed)
+        R0 = initial_encoder(settings, generator)
+        parameter = torch.tensor(R0, dtype=torch.float64, device=device, requires_grad=True)
+        step, history, elapsed = 0, [], 0.0
+        best_log, best_R = math.inf, R0.copy()
+    else:
+        parameter = state["parameter"].to(device).clone().requires_grad_(True)
+        step, elapsed = int(state["step"]), float(state["elapsed"])
+        history = [(int(a), float(b)) for a, b in state["history"].tolist()]
+        best_log, best_R = float(state["best_log"]), state["best_encoder"].numpy().copy()
+
+    adam = torch.optim.Adam([parameter], lr=settings.learning_rate)
+    lbfgs = torch.optim.LBFGS(
+        [parameter], lr=1.0, max_iter=1, history_size=50, line_search_fn="strong_wolfe",
+        tolerance_grad=1e-14, tolerance_change=1e-16,
+    )
+    if state is not None:
+        adam.load_state_dict(state["adam"])
+        lbfgs.load_state_dict(state["lbfgs"])
+
+    def normalise() -> None:
+        with torch.no_grad():
+            parameter.div_(parameter.abs().sum(dim=0).max())
+
+    def snapshot() -> dict:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "settings": settings.as_dict(),
+            "parameter": parameter.detach().cpu().clone(),
+            "adam": adam.state_dict(),
+            "lbfgs": lbfgs.state_dict(),
+            "step": step,
+            "elapsed": elapsed,
+            "history": torch.tensor(history, dtype=torch.float64).reshape(-1, 2),
+            "best_log": best_log,
+            "best_encoder": torch.from_numpy(best_R.copy()),
+            "library_version": pure_dp_mf.__version__,
+        }
+
+    interrupted = False
+    started = time.perf_counter()
+    last_checkpoint = step
+    stop_signals: list[int] = []
+    previous_handlers = {}
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C / SIGTERM end the current step first
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous_handlers[number] = signal.signal(number, lambda signum, frame: stop_signals.append(signum))
+    try:
+        while step < total and (stop_after is None or step < stop_after) and not stop_signals:
+            if step < settings.adam_steps:
+                fraction = step / max(settings.adam_steps - 1, 1)
+                p = _schedule(settings.p_start, settings.p_end, fraction)
+                for group in adam.param_groups:
+                    group["lr"] = _schedule(settings.learning_rate, settings.final_learning_rate, fraction)
+                adam.zero_grad(set_to_none=True)
+                loss, true = objective(parameter, p)
+                loss.backward()
+                current = float(true.detach())
+                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
+                adam.step()
+                normalise()
+            else:
+                p = settings.p_end
+
+                def closure():
+                    lbfgs.zero_grad(set_to_none=True)
+                    loss, _ = objective(parameter, p)
+                    loss.backward()
+                    return loss
+
+                lbfgs.step(closure)
+                normalise()
+                with torch.no_grad():
+                    current = float(objective(parameter, p)[1])
+                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
+            if not math.isfinite(current):
+                raise PureDPMFError(f"training diverged at step {step} (cost is {current}); lower the learning rate")
+            if R_now is not None:
+                best_log, best_R = current, R_now
+            step += 1
+            if step % 50 == 0 or step == total:
+                history.append((step, true_cost_to_constant(current, base_size=k)))
+            if progress is not None:
+                progress(step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(best_log, base_size=k))
+            if checkpoint is not None and step - last_checkpoint >= settings.checkpoint_every:
+                elapsed_now = elapsed + time.perf_counter() - started
+                elapsed, started = elapsed_now, time.perf_counter()
+                _save_checkpoint(checkpoint, snapshot())
+                last_checkpoint = step
+    except KeyboardInterrupt:  # raised by a progress callback
+        interrupted = True
+    finally:
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
+    elapsed += time.perf_counter() - started
+    if step < total:
+        interrupted = True
+    if checkpoint is not None:
+        _save_checkpoint(checkpoint, snapshot())
+    metadata = {
+        "metric": settings.metric,
+        "base_size": k,
+        "made_by": {
+            "tool": "pure_dp_mf.train",
+            "settings": settings.as_dict(),
+            "steps_done": step,
+            "steps_planned": total,
+            "finished": not interrupted,
+            "wall_time_seconds": round(elapsed, 3),
+            "library_version": pure_dp_mf.__version__,
+            "torch_version": torch.__version__,
+            "encoder_grid": f"2^-{GRID_BITS}",
+        },
+    }
+    factorization = factorization_from_encoder(best_R, metadata=metadata)
+    costs = factorization.costs()
+    metadata["costs"] = {
+        "c2": costs.c2,
+        "cf": costs.cf,
+        "max_se_constant": costs.max_se_constant,
+        "mean_se_constant": costs.mean_se_constant,
+        "residual": factorization.residual(),
+        "paper_table_2": paper_target(base_size=k, metric=settings.metric),
+    }
+    factorization.metadata = metadata
+    if out is not None:
+        factorization.save(out, store_decoder=factorization.inner_size != factorization.n)
+    return TrainResult(factorization=factorization, history=history, steps_done=step, interrupted=interrupted, wall_time=elapsed)
