@@ -57,7 +57,7 @@ def noise_multiplier_for(*, epsilon: float, delta: float) -> float:
 
     The search is ``dp_accounting.calibrate_dp_mechanism`` (brentq on the accountant's ε) started
     from a bracket [z₀, 1.02·z₀] around the exact Gaussian multiplier z₀ (the PLD ε is an upper
-    bound, so the answer is ≥ z₀), widened if it does not bracket; this saves most of the
+    bound up to its discretisation, so the answer is close to z₀), moved until it brackets; this saves most of the
     accountant's evaluations, each of which builds a privacy loss distribution.
 
     Guarantee: ``epsilon_for(noise_multiplier=result, delta=delta) ≤ epsilon``.
@@ -65,6 +65,10 @@ def noise_multiplier_for(*, epsilon: float, delta: float) -> float:
     epsilon = check_positive(epsilon, name="epsilon")
     delta = _check_delta(delta)
     low = _exact_gaussian_noise_multiplier(epsilon, delta)
+    # The accountant's ε is computed on a discretised PLD and can sit a hair below ε at z₀:
+    # move the lower end down until it truly brackets (ε(low) > ε ≥ ε(high)).
+    while epsilon_for(noise_multiplier=low, delta=delta) <= epsilon:
+        low /= 1.02
     high = 1.02 * low
     while epsilon_for(noise_multiplier=high, delta=delta) > epsilon:
         low, high = high, 1.1 * high
