@@ -1,0 +1,315 @@
+"""Tables and figures of the reproduction report (paper 001, Tables 1–2; paper 000, App. D.5).
+
+This module computes nothing the other modules already compute; it adds the few quantities the
+report needs that no other module exposes, each tested against a slow, obvious implementation:
+
+* ``tree_limit_constants``: the n → ∞ leading constants of a tree mechanism at one arity, from
+  the library's own exact finite-n costs (``trees.tree_costs``) on full trees of consecutive
+  heights, never from typed formulas (paper 001, Table 1 and App. C);
+* ``best_tree_limits``: their minimum over the arity (Table 1 uses the best arity per metric);
+* ``lifted_row_norms_squared``: ‖L_t‖² for every row t of the truncated lift L_p[:n]
+  (Construction 2.4), i.e. the per-step noise variance 2·b²·‖L_t‖² of the continual counter;
+
+and renders tables (``Table``: markdown for the report, rows for rich) and matplotlib figures
+(``plot_table2``, ``plot_step_noise_std``), written atomically as PNG.
+
+The published numbers below are the papers' own printed values, typed in so that they can be
+shown *beside* ours; they are never used to compute anything.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from pure_dp_mf import trees
+from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_size
+
+PUBLISHED_TABLE2 = {
+    # k: (2C₂², 2C_F², (log₂k/log₂(2k+1))³, lifted MaxSE, lifted MeanSE): paper 001, Table 2
+    1024: (0.1032, 0.0944, 0.7512, 0.0775, 0.0709),
+    512: (0.1094, 0.1009, 0.7287, 0.0797, 0.0735),
+    256: (0.1191, 0.1099, 0.7017, 0.0836, 0.0771),
+    128: (0.1322, 0.1207, 0.6685, 0.0884, 0.0807),
+    64: (0.1527, 0.1370, 0.6267, 0.0957, 0.0859),
+    32: (0.1938, 0.1609, 0.5723, 0.1109, 0.0921),
+    16: (0.2455, 0.2093, 0.4986, 0.1224, 0.1044),
+    8: (0.3831, 0.3288, 0.3954, 0.1515, 0.1300),
+    4: (0.8293, 0.6259, 0.2512, 0.2083, 0.1572),
+}
+"""Paper 001, Table 2, as printed (4 decimals)."""
+
+PUBLISHED_TABLE1 = {
+    # mechanism: (MaxSE constant, MeanSE constant), paper 001 Table 1 as printed
+    "binary": (2.0, 1.0),
+    "smooth-binary": (0.25, 0.25),
+    "kary": (0.4686, 0.2343),
+    "kary-subtraction": (0.2343, 0.1236),
+    "averaged-kary-subtraction": (0.1171, 0.1171),
+    "lifted": (0.0778, 0.0710),
+}
+"""Paper 001, Table 1, as printed (the factorization row: the certified 0.0778 and 0.0710)."""
+
+PRINTED_DIGITS = 4
+"""Table 1 and 2 print 4 decimals: a value agrees with a printed one within half a unit (5e-5)."""
+
+SMOOTH_LIMIT_HEIGHT = 120
+"""Half-height h of the full smooth binary trees (height 2h) used for its limit (error ~1/h²)."""
+
+
+def agrees_with_printed(value: float, printed: float, *, digits: int = PRINTED_DIGITS) -> bool:
+    """True when ``value`` rounds to ``printed`` at ``digits`` decimals (|value − printed| ≤ ½·10^-digits)."""
+    return abs(value - printed) <= 0.5 * 10.0**-digits + 1e-12
+
+
+def status_against_published(ours: float, published: float) -> str:
+    """"reproduced" (agrees at the printed precision), "better" (smaller) or "not yet" (larger)."""
+    if agrees_with_printed(ours, published):
+        return "reproduced"
+    return "better" if ours < published else "not yet"
+
+
+# ------------------------------------------------------------------------ tree limits (Table 1)
+
+
+def _full_size(mechanism: str, arity: int, height: int) -> int:
+    """The n of the full tree with ``height`` levels (every level used by the last row)."""
+    if mechanism in ("binary", "kary"):
+        return arity**height - 1  # the largest t with `height` base-k digits
+    if mechanism == "kary-subtraction":
+        a = (arity - 1) // 2  # the largest t with `height` balanced digits
+        return (arity - 1 - a) * (arity**height - 1) // (arity - 1)
+    if mechanism == "averaged-kary-subtraction":
+        return arity**height
+    return math.comb(2 * height, height) - 1  # smooth binary: all weight-h leaves of height 2h
+
+
+def tree_limit_constants(*, mechanism: str, arity: int | None = None) -> tuple[float, float]:
+    """lim_{n→∞} MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ of a tree mechanism at one arity.
+
+    On full trees n_h (``_full_size``), Δ = ‖R‖₁→₁, ‖L‖₂→∞² and ‖L‖_F²/n grow by constant
+    amounts dΔ, dM, dF per level while log₂ n grows by g per level (g = log₂ k for the digit
+    trees: n_{h+1}/n_h → k; g = 2 per unit of h for the smooth binary tree of height 2h, since
+    log₂ C(2h, h) = 2h − ½·log₂(πh) + o(1)). MaxSE = 2Δ²‖L‖₂→∞² then gives the constant
+    2·dM·dΔ²/g³, and MeanSE 2·dF·dΔ²/g³. The increments are exact differences of
+    ``trees.tree_costs`` at heights h and h+1 with k^h ≥ 2^64 (exponentially small remainders);
+    for the smooth tree at h = ``SMOOTH_LIMIT_HEIGHT`` (MeanSE remainder about 10^-5).
+    """
+    if mechanism not in trees.MECHANISMS:
+        raise InvalidInputError(f"unknown tree mechanism {mechanism!r}; expected one of {', '.join(trees.MECHANISMS)}")
+    if mechanism in trees.ARITY_MECHANISMS:
+        k = check_size(arity, name="arity", minimum=2)
+    elif arity is not None:
+        raise InvalidInputError(f"mechanism {mechanism!r} takes no arity, got {arity!r}")
+    else:
+        k = 2
+    if mechanism == "smooth-binary":
+        height, growth = SMOOTH_LIMIT_HEIGHT, 2.0
+    else:
+        height, growth = math.ceil(64 / math.log2(k)) + 1, math.log2(k)
+    costs = [
+        trees.tree_costs(mechanism=mechanism, n=_full_size(mechanism, k, h), arity=arity)
+        for h in (height, height + 1)
+    ]
+    d_sensitivity = costs[1].sensitivity - costs[0].sensitivity
+    d_max = costs[1].max_row_norm_squared - costs[0].max_row_norm_squared
+    d_mean = costs[1].mean_row_norm_squared - costs[0].mean_row_norm_squared
+    scale = 2 * d_sensitivity**2
+    return float(scale * d_max) / growth**3, float(scale * d_mean) / growth**3
+
+
+@dataclass(frozen=True)
+class TreeLimit:
+    """Table 1 row of a tree mechanism: the limits at the best arity per metric (None: no arity)."""
+
+    mechanism: str
+    max_se_constant: float
+    max_se_arity: int | None
+    mean_se_constant: float
+    mean_se_arity: int | None
+
+
+def best_tree_limits(*, mechanism: str, max_arity: int = trees.ARITY_SEARCH_MAX) -> TreeLimit:
+    """``tree_limit_constants`` minimised over the arity 2 … ``max_arity`` (per metric; ties: smaller)."""
+    if mechanism not in trees.ARITY_MECHANISMS:
+        max_se, mean_se = tree_limit_constants(mechanism=mechanism)
+        return TreeLimit(mechanism, max_se, None, mean_se, None)
+    values = {k: tree_limit_constants(mechanism=mechanism, arity=k) for k in range(2, check_size(max_arity, name="max_arity", minimum=2) + 1)}
+    best_max = min(values, key=lambda k: (values[k][0], k))
+    best_mean = min(values, key=lambda k: (values[k][1], k))
+    return TreeLimit(mechanism, values[best_max][0], best_max, values[best_mean][1], best_mean)
+
+
+# ---------------------------------------------------------------- per-step noise of the lift
+
+
+def lifted_row_norms_squared(*, decoder: np.ndarray, alphas: Sequence[float], n: int) -> np.ndarray:
+    """‖(L_p)_t‖² for t = 0 … n−1, L_p the lift of the base decoder A (k×r) with α_1 … α_{p−1}.
+
+    Construction 2.4 with (C, D) = (A, B): the rows of L_{i+1} are the N_i rows of L_i, then for
+    each base row j = 1 … k a group of 2N_i + 1 rows: the rows of L_i reversed, a row with only
+    the coarse part, the rows of L_i; every row of group j also carries the coarse part
+    α_i·A_j·w on its own columns. So the squared row norms are those of L_i (reversed, a zero,
+    as is) plus α_i²·‖A_j‖². Vectorised; levels below the top are complete (N_{p−1} < n), the top
+    level is cut at n. Float64.
+    """
+    A = np.asarray(decoder, dtype=np.float64)
+    if A.ndim != 2:
+        raise InvalidInputError(f"decoder must be a matrix, got shape {A.shape}")
+    n = check_size(n, name="n")
+    base = np.einsum("ij,ij->i", A, A)
+    norms = base.copy()
+    for alpha in alphas:
+        coarse = float(alpha) ** 2 * base
+        group = np.concatenate((norms[::-1], [0.0], norms))
+        norms = np.concatenate([norms] + [group + c for c in coarse])
+    if len(norms) < n:
+        raise InvalidInputError(f"{len(alphas) + 1} levels give {len(norms)} rows, fewer than n = {n}")
+    return norms[:n]
+
+
+# ----------------------------------------------------------------------------------- tables
+
+
+@dataclass
+class Table:
+    """A titled table: ``rows`` hold display strings or numbers; ``notes`` follow it in the report."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def select(self, columns: Sequence[str]) -> "Table":
+        """The same table with only ``columns`` (in that order), e.g. for a narrow terminal."""
+        missing = [name for name in columns if name not in self.columns]
+        if missing:
+            raise InvalidInputError(f"table {self.title!r} has no column {', '.join(missing)}")
+        index = [self.columns.index(name) for name in columns]
+        return Table(self.title, list(columns), [[row[i] for i in index] for row in self.rows], list(self.notes))
+
+    def cells(self) -> list[list[str]]:
+        return [[format_cell(cell) for cell in row] for row in self.rows]
+
+    def to_markdown(self) -> str:
+        lines = [f"**{self.title}**", "", "| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self.cells()]
+        for note in self.notes:  # one paragraph each
+            lines += ["", note]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def format_cell(cell: Any) -> str:
+    """Display form: floats with 4 significant decimals for constants < 10, 6 significant digits otherwise."""
+    if cell is None:
+        return "–"
+    if isinstance(cell, Fraction):
+        cell = float(cell)
+    if isinstance(cell, float):
+        if math.isnan(cell):
+            return "n/a"
+        if cell != 0 and (abs(cell) >= 1e6 or abs(cell) < 1e-3):
+            return f"{cell:.4e}"
+        if abs(cell) < 10:
+            return f"{cell:.4f}"
+        return f"{cell:.6g}"
+    return str(cell)
+
+
+# ---------------------------------------------------------------------------------- figures
+
+
+def _save(figure, path: str | os.PathLike) -> Path:
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if not path.parent.exists():
+        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -> Path:
+    """Paper 001's Table 2 against ours: 2C² and the lifted constant against k, one panel per metric.
+
+    ``ours`` = {k: {"maxse": 2C₂², "maxse_lifted": …, "meanse": 2C_F², "meanse_lifted": …}} (any
+    subset of keys); published values are drawn as open markers, ours as filled ones.
+    """
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
+    published_k = sorted(PUBLISHED_TABLE2)
+    for panel, (axis, metric, label) in enumerate(zip(axes, ("maxse", "meanse"), ("2C₂² (MaxSE)", "2C_F² (MeanSE)"))):
+        axis.plot(published_k, [PUBLISHED_TABLE2[k][panel] for k in published_k], "o--", mfc="none", color="C0", label=f"paper: {label}")
+        axis.plot(published_k, [PUBLISHED_TABLE2[k][3 + panel] for k in published_k], "s--", mfc="none", color="C1", label="paper: lifted")
+        for key, marker, colour, text in ((metric, "o", "C0", label), (f"{metric}_lifted", "s", "C1", "lifted")):
+            points = sorted((k, values[key]) for k, values in ours.items() if key in values)
+            if points:
+                axis.plot([p[0] for p in points], [p[1] for p in points], marker + "-", color=colour, label=f"ours, certified: {text}")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("base size k")
+        axis.set_title(f"{'MaxSE' if metric == 'maxse' else 'MeanSE'}: paper 001 Table 2 vs certified")
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[0].set_ylabel("leading constant")
+    return _save(figure, path)
+
+
+def plot_step_noise_std(
+    *,
+    curves: dict[str, np.ndarray],
+    path: str | os.PathLike,
+    empirical: dict[str, np.ndarray] | None = None,
+    title: str = "",
+    bins: int = 40,
+) -> Path:
+    """Per-step noise standard deviation against the step t (log x axis), one line per mechanism.
+
+    ``curves``: predicted standard deviations per step. ``empirical``: per-step *mean squared*
+    errors (sample means over runs); they are too noisy to show per step, so they are pooled in
+    ``bins`` log-spaced bins of t and drawn as √(mean squared error) of each bin (markers), beside
+    the first curve pooled the same way (√ of its mean variance, open markers).
+    """
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(9, 4.8))
+    for position, (label, values) in enumerate(curves.items()):
+        steps = np.arange(1, len(values) + 1)
+        axis.plot(steps, values, linewidth=0.6, color=f"C{position}", label=label)
+    for position, (label, values) in enumerate((empirical or {}).items()):
+        edges = np.unique(np.geomspace(1, len(values) + 1, bins + 1).astype(int))
+        centres = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))
+        pooled = [math.sqrt(float(values[a - 1 : b - 1].mean())) for a, b in zip(edges[:-1], edges[1:])]
+        axis.plot(centres, pooled, "o", markersize=4, color=f"C{position + len(curves)}", label=label)
+        reference = next(iter(curves.values()), None)
+        if reference is not None:
+            expected = [math.sqrt(float((reference[a - 1 : b - 1] ** 2).mean())) for a, b in zip(edges[:-1], edges[1:])]
+            axis.plot(centres, expected, "o", mfc="none", markersize=7, color="C0", label="predicted, same bins")
+    axis.set_xscale("log")
+    axis.set_xlabel("step t")
+    axis.set_ylabel("standard deviation of the released count's error")
+    axis.set_title(title, fontsize=10)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend(fontsize=8)
+    return _save(figure, path)
