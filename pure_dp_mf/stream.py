@@ -69,7 +69,8 @@ def column_abs_sum_exact(matrix: np.ndarray) -> Fraction:
     Fast path: entries on the 2⁻³² grid (shipped encoders) are summed as int64 with an overflow
     check; otherwise each entry is converted exactly (``float.as_integer_ratio``)."""
     array = np.asarray(matrix, dtype=np.float64)
-    scaled = np.abs(array) * 2.0**32  # exact: scaling by a power of two
+    with np.errstate(over="ignore"):  # huge entries become inf and take the slow path
+        scaled = np.abs(array) * 2.0**32  # exact: scaling by a power of two
     if np.all(np.isfinite(scaled)) and scaled.max() < 2.0**52 and np.all(scaled == np.floor(scaled)):
         integers = scaled.astype(np.int64)
         if int(integers.max()) * array.shape[0] < 2**62:

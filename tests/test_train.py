@@ -62,14 +62,17 @@ def test_small_k_reaches_table_2(tmp_path, k, metric, budget):
     assert result.history[-1][0] == budget["adam_steps"] + budget["lbfgs_steps"]
 
 
-def test_k8_meanse_close_to_table_2(tmp_path):
-    """k = 8, MeanSE: every start we tried (identity, Toeplitz, 4 random, inner sizes 9-16, up to
-    20 000 steps) ends at 2C_F² = 0.33346, 1.4 % above Table 2's 0.3288 (see docs/training.md);
-    we assert that this value is reached within the same small budget, within 1.5 % of the paper."""
-    settings = TrainSettings(base_size=8, metric="meanse", seed=0, **REACH[0][2])
+def test_k8_meanse_reaches_table_2_from_the_maxse_base():
+    """k = 8, MeanSE: from the identity, Toeplitz or random starts the trainer stalls at
+    2C_F² = 0.33346, 1.4 % above Table 2's 0.3288 (docs/training.md); warm-started from the shipped
+    MaxSE base (another basin) it reaches Table 2 within a small budget."""
+    settings = TrainSettings(
+        base_size=8, metric="meanse", seed=0, init="file", init_file=str(SHIPPED / "k008_maxse.npz"),
+        adam_steps=500, lbfgs_steps=100,
+    )
     result = train_base_factorization(settings=settings)
     L, R = result.factorization.dense()
-    assert constant_by_hand(L, R, "meanse") <= 1.015 * PAPER_TABLE_2[8][1]
+    assert constant_by_hand(L, R, "meanse") <= PAPER_TABLE_2[8][1]
 
 
 def test_output_file_format(tmp_path):
@@ -294,6 +297,5 @@ def test_shipped_base_factorizations(path):
     key = "max_se_constant" if metric == "maxse" else "mean_se_constant"
     achieved = getattr(loaded.costs(), key)
     assert loaded.metadata["costs"][key] == pytest.approx(achieved, rel=1e-12)
-    # the issue's target: at most Table 2's value (k = 8 MeanSE: see test_k8_meanse_close_to_table_2)
-    paper = PAPER_TABLE_2[k][0 if metric == "maxse" else 1]
-    assert achieved <= (1.015 * paper if (k, metric) == (8, "meanse") else paper)
+    # the issue's target: at most Table 2's value
+    assert achieved <= PAPER_TABLE_2[k][0 if metric == "maxse" else 1]
