@@ -29,34 +29,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pure_dp_mf import trees
+from pure_dp_mf import published, trees
 from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
-PUBLISHED_TABLE2 = {
-    # k: (2C₂², 2C_F², (log₂k/log₂(2k+1))³, lifted MaxSE, lifted MeanSE): paper 001, Table 2
-    1024: (0.1032, 0.0944, 0.7512, 0.0775, 0.0709),
-    512: (0.1094, 0.1009, 0.7287, 0.0797, 0.0735),
-    256: (0.1191, 0.1099, 0.7017, 0.0836, 0.0771),
-    128: (0.1322, 0.1207, 0.6685, 0.0884, 0.0807),
-    64: (0.1527, 0.1370, 0.6267, 0.0957, 0.0859),
-    32: (0.1938, 0.1609, 0.5723, 0.1109, 0.0921),
-    16: (0.2455, 0.2093, 0.4986, 0.1224, 0.1044),
-    8: (0.3831, 0.3288, 0.3954, 0.1515, 0.1300),
-    4: (0.8293, 0.6259, 0.2512, 0.2083, 0.1572),
-}
+PUBLISHED_TABLE2 = published.TABLE2
 """Paper 001, Table 2, as printed (4 decimals)."""
 
-PUBLISHED_TABLE1 = {
-    # mechanism: (MaxSE constant, MeanSE constant), paper 001 Table 1 as printed
-    "binary": (2.0, 1.0),
-    "smooth-binary": (0.25, 0.25),
-    "kary": (0.4686, 0.2343),
-    "kary-subtraction": (0.2343, 0.1236),
-    "averaged-kary-subtraction": (0.1171, 0.1171),
-    "lifted": (0.0778, 0.0710),
-}
+PUBLISHED_TABLE1 = published.TABLE1
 """Paper 001, Table 1, as printed (the factorization row: the certified 0.0778 and 0.0710)."""
 
 PRINTED_DIGITS = 4

@@ -56,6 +56,7 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse
 
+from pure_dp_mf import published
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.validation import check_size
@@ -66,13 +67,7 @@ MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-k
 ARITY_MECHANISMS = ("kary", "kary-subtraction", "averaged-kary-subtraction")
 """The mechanisms that take an ``arity`` (k ≥ 2)."""
 
-TABLE1_CONSTANTS = {
-    "binary": (2.0, 1.0),
-    "smooth-binary": (0.25, 0.25),
-    "kary": (32 / math.log2(17) ** 3, 16 / math.log2(17) ** 3),
-    "kary-subtraction": (16 / math.log2(17) ** 3, 180 / (19 * math.log2(19) ** 3)),
-    "averaged-kary-subtraction": (8 / math.log2(17) ** 3, 8 / math.log2(17) ** 3),
-}
+TABLE1_CONSTANTS = {name: value for name, value in published.TABLE1.items() if name != "lifted"}
 """Paper 001, Table 1: limits of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (best arity per metric)."""
 
 MAX_EXPLICIT_N = 1 << 18

@@ -1,0 +1,34 @@
+"""The papers' published numbers, in one place, for side-by-side comparison only.
+
+Nothing here proves anything: these are the values printed in paper 001 (Tables 1 and 2), shown
+next to what this library computes and certifies.
+"""
+
+from __future__ import annotations
+
+import math
+
+TABLE1 = {
+    # mechanism: (MaxSE·ε²/log₂(n)³, MeanSE·ε²/log₂(n)³) as n → ∞, best arity per metric
+    "binary": (2.0, 1.0),
+    "smooth-binary": (0.25, 0.25),
+    "kary": (32 / math.log2(17) ** 3, 16 / math.log2(17) ** 3),
+    "kary-subtraction": (16 / math.log2(17) ** 3, 180 / (19 * math.log2(19) ** 3)),
+    "averaged-kary-subtraction": (8 / math.log2(17) ** 3, 8 / math.log2(17) ** 3),
+    "lifted": (0.0778, 0.0710),  # the factorization mechanism with the paper's k = 1024 bases
+}
+"""Paper 001, Table 1 (tree rows as the closed forms printed there)."""
+
+TABLE2 = {
+    # k: (2C₂², 2C_F², (log₂k/log₂(2k+1))³, lifted MaxSE, lifted MeanSE)
+    1024: (0.1032, 0.0944, 0.7512, 0.0775, 0.0709),
+    512: (0.1094, 0.1009, 0.7287, 0.0797, 0.0735),
+    256: (0.1191, 0.1099, 0.7017, 0.0836, 0.0771),
+    128: (0.1322, 0.1207, 0.6685, 0.0884, 0.0807),
+    64: (0.1527, 0.1370, 0.6267, 0.0957, 0.0859),
+    32: (0.1938, 0.1609, 0.5723, 0.1109, 0.0921),
+    16: (0.2455, 0.2093, 0.4986, 0.1224, 0.1044),
+    8: (0.3831, 0.3288, 0.3954, 0.1515, 0.1300),
+    4: (0.8293, 0.6259, 0.2512, 0.2083, 0.1572),
+}
+"""Paper 001, Table 2, as printed (4 decimals)."""
