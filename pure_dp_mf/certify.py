@@ -86,7 +86,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-import flint
 import gmpy2
 import numpy as np
 

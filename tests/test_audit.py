@@ -192,7 +192,7 @@ def test_noise_redrawn_after_resume_and_averaged_is_flagged():
     average of the two releases of step 1 as an extra output. Both draws are the real counter's."""
     n, arity = 64, 9
     real = counter_target(mechanism="kary", n=n, epsilon=1.0, arity=arity)
-    L, M = real.decoder, real.decoder.shape[1]
+    L = real.decoder
     decoder = np.block([[L, np.zeros_like(L)], [L[:1] / 2, L[:1] / 2]])
     workload = np.vstack([real.workload, real.workload[:1]])
 

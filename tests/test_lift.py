@@ -86,7 +86,7 @@ def test_diamond_layout_matches_the_documented_noise_stream():
     C, D = exact_random_base(2, seed=2)
     alpha = Fraction(2, 3)
     L, _ = lift.diamond(first=(A, B), second=(C, D), alpha=alpha)
-    n, r, k = 3, 3, 2
+    r, k = 3, 2
     rng = np.random.default_rng(0)
     z = np.array([Fraction(int(x), 7) for x in rng.integers(-20, 20, size=L.shape[1])], dtype=object)
     head, coarse = z[:r], z[(2 * k + 1) * r :]
