@@ -27,14 +27,7 @@ import numpy as np
 from pure_dp_mf import exact
 from pure_dp_mf.certify import certify_factorization, verify_certificate
 from pure_dp_mf.factorization import Factorization, decoder_from_encoder
-
-
-def toeplitz_square_root(n: int) -> np.ndarray:
-    c = np.ones(n)
-    for j in range(1, n):
-        c[j] = c[j - 1] * (2 * j - 1) / (2 * j)
-    i, j = np.indices((n, n))
-    return np.where(i >= j, c[np.clip(i - j, 0, None)], 0.0)
+from pure_dp_mf.workloads import toeplitz_square_root
 
 
 def _sqrt_upper(value: Fraction, bits: int = 128) -> Fraction:

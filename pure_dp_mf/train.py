@@ -58,6 +58,7 @@ from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import METRICS, Factorization
 from pure_dp_mf.validation import check_positive, check_size
+from pure_dp_mf.workloads import toeplitz_square_root
 
 GRID_BITS = 32
 INITS = ("identity", "toeplitz", "file")
@@ -164,15 +165,6 @@ def check_writable(path: str | os.PathLike, *, name: str) -> Path:
 
 
 # ------------------------------------------------------------------------------- matrices
-
-
-def toeplitz_square_root(k: int) -> np.ndarray:
-    """S with S·S = T_k: lower-triangular Toeplitz, S[i, i−j] = binom(2j, j)/4^j."""
-    coefficients = np.ones(k)
-    for j in range(1, k):
-        coefficients[j] = coefficients[j - 1] * (2 * j - 1) / (2 * j)
-    index = np.subtract.outer(np.arange(k), np.arange(k))
-    return np.where(index >= 0, coefficients[np.clip(index, 0, None)], 0.0)
 
 
 def block_warm_start(encoder: np.ndarray, k: int) -> np.ndarray:

@@ -101,3 +101,17 @@ def momentum_cooldown(
     """SGD with momentum β (0.95) and linear learning-rate cooldown 1.0 → 0.05 over the last quarter."""
     rates = cooldown_learning_rates(n, cooldown_fraction=cooldown_fraction, final_learning_rate=final_learning_rate)
     return sgd_workload(n, momentum=momentum, learning_rates=rates)
+
+
+def toeplitz_square_root(n: int) -> np.ndarray:
+    """S with S·S = T_n: lower-triangular Toeplitz, S[i, i−j] = binom(2j, j)/4^j (float64).
+
+    The coefficients are those of (1 − x)^(−1/2), whose square is (1 − x)^(−1), the generating
+    function of T_n's columns; a classical starting point (T_n = S·S, L = R = S).
+    """
+    n = check_size(n, name="n")
+    coefficients = np.ones(n)
+    for j in range(1, n):
+        coefficients[j] = coefficients[j - 1] * (2 * j - 1) / (2 * j)
+    index = np.subtract.outer(np.arange(n), np.arange(n))
+    return np.where(index >= 0, coefficients[np.clip(index, 0, None)], 0.0)

@@ -28,20 +28,12 @@ from pure_dp_mf.certify import (
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization, decoder_from_encoder
+from pure_dp_mf.workloads import toeplitz_square_root
 
 CLAIMS = {
     "maxse": ["encoder_max_column_sum", "decoder_max_row_norm", "c2", "leading_constant", "lifted_constant"],
     "meanse": ["encoder_max_column_sum", "decoder_frobenius_norm", "cf", "leading_constant", "lifted_constant"],
 }
-
-
-def toeplitz_square_root(n: int) -> np.ndarray:
-    """M with M·M = T_n: lower-triangular Toeplitz, coefficients binom(2j, j)/4^j."""
-    c = np.ones(n)
-    for j in range(1, n):
-        c[j] = c[j - 1] * (2 * j - 1) / (2 * j)
-    i, j = np.indices((n, n))
-    return np.where(i >= j, c[np.clip(i - j, 0, None)], 0.0)
 
 
 def perturbed_on_grid(n: int, *, seed: int) -> np.ndarray:

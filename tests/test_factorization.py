@@ -11,14 +11,7 @@ import scipy.sparse
 from conftest import dyadic_binary_tree, run_cli
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorization import Factorization, array_sha256
-
-
-def _toeplitz_square_root(n: int) -> np.ndarray:
-    """T_n = M·M with M lower-triangular Toeplitz, coefficients binom(2j, j)/4^j."""
-    c = np.ones(n)
-    for j in range(1, n):
-        c[j] = c[j - 1] * (2 * j - 1) / (2 * j)
-    return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
+from pure_dp_mf.workloads import toeplitz_square_root
 
 
 def _write_raw(path, arrays: dict, metadata: dict) -> None:
@@ -42,7 +35,7 @@ def test_round_trip_is_bit_exact(tmp_path, saved):
     assert loaded.validate() == 0.0
 
     rng = np.random.default_rng(1)
-    encoder = (_toeplitz_square_root(16) + 1e-3 * rng.standard_normal((16, 16))).astype(np.float32)
+    encoder = (toeplitz_square_root(16) + 1e-3 * rng.standard_normal((16, 16))).astype(np.float32)
     original = Factorization.from_encoder(encoder, metadata={"metric": "meanse"})
     path = tmp_path / "square.npz"
     original.save(path, store_decoder=False)
