@@ -328,31 +328,26 @@ def optimize(
     state = dual.evaluate(z)
     if state is None:  # U = diag(counts) is always positive definite
         raise AssertionError("initial dual point is not positive definite")
-    best_bound, best_loss, best_X, best_v = -np.inf, np.inf, None, None
-    history: list = []
     memory = 10
     recent = [-state[0]]
     step = 1.0
     iteration = 0
-    relative_gap = np.inf
 
     bar = _Progress(progress, max_iterations)
+    best = _Incumbents(bar=bar, gap=gap, max_iterations=max_iterations)
     with bar, _blas_threads(n):
         while True:
             g, grad, X, S = state
             if iteration % check_every == 0 or iteration == max_iterations:
                 scale = (S / float(np.sum(z[: dual.m]))) ** 2
-                bound = S * S / float(np.sum(z[: dual.m]))
-                if bound > best_bound:
-                    best_bound, best_v = bound, z[: dual.m] * scale
                 candidate = _repair(X, schema, constraint)
-                loss = _primal_loss(dual.V, candidate, schema, constraint)
-                if loss < best_loss:
-                    best_loss, best_X = loss, candidate
-                relative_gap = (best_loss - best_bound) / best_bound
-                history.append((iteration, best_loss, best_bound, relative_gap))
-                bar.update(iteration, best_loss, best_bound, relative_gap)
-                if relative_gap <= gap or iteration >= max_iterations:
+                if best.record(
+                    iteration,
+                    loss=_primal_loss(dual.V, candidate, schema, constraint),
+                    X=candidate,
+                    bound=S * S / float(np.sum(z[: dual.m])),
+                    v=z[: dual.m] * scale,
+                ):
                     break
             # spectral projected gradient ascent step on g (minimising −g)
             direction = np.maximum(z + step * grad, 0.0) - z
@@ -377,9 +372,9 @@ def optimize(
             z, state = trial, new
             recent = (recent + [-new[0]])[-memory:]
             iteration += 1
-        if best_X is None:
-            best_X = _repair(state[2], schema, constraint)
-    return _result(A, schema, constraint, best_X, best_bound, best_v, iteration, gap, started, workload_name, history)
+        if best.X is None:
+            best.X = _repair(state[2], schema, constraint)
+    return _result(A, schema, constraint, best.X, best.bound, best.v, iteration, gap, started, workload_name, best.history)
 
 
 def _result(A, schema, constraint, best_X, best_bound, best_v, iteration, gap, started, workload_name, history):
@@ -463,23 +458,15 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
     f, G = value(X)
     gradient = project(-G)
     pairs: list = []
-    history: list = []
-    best_bound, best_v, best_loss, best_X = -np.inf, None, np.inf, X
+    best = _Incumbents(bar=bar, gap=gap, max_iterations=max_iterations, X=X)
     iteration = 0
     while True:
         estimate = f * f / float(np.sum(np.maximum.reduceat(np.diag(G)[np.argsort(classes, kind="stable")], np.arange(0, n, k))))
         due = iteration % check_every == 0 and (f - estimate) / estimate <= gap
         if due or iteration >= max_iterations:
             loss, candidate = loss_of(X)
-            if loss < best_loss:
-                best_loss, best_X = loss, candidate
             bound, v = _masked_certificate(A, G, schema, constraint)
-            if bound > best_bound:
-                best_bound, best_v = bound, v
-            relative_gap = (best_loss - best_bound) / best_bound
-            history.append((iteration, best_loss, best_bound, relative_gap))
-            bar.update(iteration, best_loss, best_bound, relative_gap)
-            if relative_gap <= gap or iteration >= max_iterations:
+            if best.record(iteration, loss=loss, X=candidate, bound=bound, v=v):
                 break
         elif iteration % 10 == 0:
             bar.update(iteration, f, estimate, (f - estimate) / estimate)
@@ -515,11 +502,8 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
                 break
         if new is None:
             loss, candidate = loss_of(X)
-            if loss < best_loss:
-                best_loss, best_X = loss, candidate
             bound, v = _masked_certificate(A, G, schema, constraint)
-            if bound > best_bound:
-                best_bound, best_v = bound, v
+            best.offer(loss=loss, X=candidate, bound=bound, v=v)
             break
         new_gradient = project(-new[1])
         s_, y_ = trial - X, new_gradient - gradient
@@ -528,7 +512,31 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
             pairs = (pairs + [(s_, y_, 1.0 / sy)])[-LBFGS_MEMORY:]
         X, (f, G), gradient = trial, new, new_gradient
         iteration += 1
-    return best_X, best_bound, best_v, iteration, history
+    return best.X, best.bound, best.v, iteration, best.history
+
+
+class _Incumbents:
+    """The best primal point (least loss) and best dual bound seen so far, shared by both solvers:
+    the gap is always between these two, and each check is recorded in ``history`` and the bar."""
+
+    def __init__(self, *, bar: "_Progress", gap: float, max_iterations: int, X: np.ndarray | None = None) -> None:
+        self.bar, self.gap, self.max_iterations = bar, gap, max_iterations
+        self.loss, self.X, self.bound, self.v = np.inf, X, -np.inf, None
+        self.history: list = []
+
+    def offer(self, *, loss: float, X: np.ndarray, bound: float, v: np.ndarray) -> None:
+        if loss < self.loss:
+            self.loss, self.X = loss, X
+        if bound > self.bound:
+            self.bound, self.v = bound, v
+
+    def record(self, iteration: int, *, loss: float, X: np.ndarray, bound: float, v: np.ndarray) -> bool:
+        """Offer a primal point and a dual bound; True when the gap or the iteration budget is reached."""
+        self.offer(loss=loss, X=X, bound=bound, v=v)
+        relative_gap = (self.loss - self.bound) / self.bound
+        self.history.append((iteration, self.loss, self.bound, relative_gap))
+        self.bar.update(iteration, self.loss, self.bound, relative_gap)
+        return relative_gap <= self.gap or iteration >= self.max_iterations
 
 
 class _Progress:
