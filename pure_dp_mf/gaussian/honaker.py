@@ -193,23 +193,13 @@ class HonakerNoiseStream:
         self.step = 0
         self._stack: list[tuple[int, object]] = []  # (level, estimate noise) of maximal complete nodes
 
-    def _complete(self, noisy_leaf: object) -> None:
-        """Push a new leaf and merge equal levels bottom-up (each merge completes a node)."""
-        level, estimate = 0, noisy_leaf
-        while self._stack and self._stack[-1][0] == level:
-            _, left = self._stack.pop()
-            level += 1
-            a = self.alpha[level]
-            estimate = a * self.draw() + (1 - a) * (left + estimate)
-        self._stack.append((level, estimate))
-
     def __iter__(self):
         return self
 
     def __next__(self) -> object:
         if self.step >= self.n:
             raise StopIteration
-        self._complete(self.draw())
+        self._merge_at(0, self.draw())  # push a new leaf
         self.step += 1
         if self.step == self.n and self.variant != "online" and self.n < (1 << self.height):
             return self._complete_tree()
@@ -246,6 +236,7 @@ class HonakerNoiseStream:
         return estimate
 
     def _merge_at(self, level: int, estimate: object) -> None:
+        """Push a node estimate at ``level`` and merge equal levels bottom-up (each merge completes a node)."""
         while self._stack and self._stack[-1][0] == level:
             _, left = self._stack.pop()
             level += 1
