@@ -18,8 +18,8 @@ false, so the CLI exits non-zero — never a silent pass):
    base folder), best first; figure: leading constant against n.
 4. ``lower_bounds`` — binary and best-arity k-ary trees (0/1 factorizations) against the bounds
    of paper 001 §4 at the same n (closed-form costs; the exact checker where n ≤ 2^16).
-5. ``gaussian`` — paper 000's comparison (App. D.5) at (k, b) = (20, 100), n = 2000 (optimizer
-   rows at (20, 10), n = 200, since at n = 2000 they take hours); quick: (4, 25), n = 100.
+5. ``gaussian`` — paper 000's comparison (App. D.5) at (k, b) = (20, 100), n = 2000, optimizer
+   rows included (about 6 minutes on 2 cores); quick: (4, 25), n = 100.
 6. ``streaming`` — a ``ContinualCounter`` with the best MaxSE base over a random stream of 10^5
    steps, ε = 1, repeated with seeded generators (research reproducibility only: a deployment
    uses the default secure generator), empirical error against the predicted MaxSE/MeanSE;
@@ -52,7 +52,7 @@ BASE_FOLDER = ROOT / "base_factorizations"
 N_VALUES = (2**10, 2**20, 2**30)
 STREAM_STEPS = 100_000
 STREAM_RUNS = {True: 8, False: 50}  # quick: 8 seeded repetitions, full: 50
-GAUSSIAN = {True: [(4, 25, True)], False: [(20, 100, False), (20, 10, True)]}  # (k, b, optimizer rows)
+GAUSSIAN = {True: [(4, 25)], False: [(20, 100)]}  # (k, b)
 EXACT_CHECK_MAX_N = 2**16
 LEADING_EXPONENTS = {True: range(4, 41, 3), False: range(4, 41)}
 TOP_BAND = 0.01  # streaming: steps whose predicted variance is within 1 % of the maximum
@@ -356,10 +356,10 @@ def _lower_bounds(section: Section, context: _Context) -> None:
 def _gaussian(section: Section, context: _Context) -> None:
     from pure_dp_mf.gaussian.compare import compare, plot_step_variance
 
-    for k, b, optimizer in GAUSSIAN[context.quick]:
+    for k, b in GAUSSIAN[context.quick]:
         n = k * b
         context.say(f"Gaussian comparison (k, b) = ({k}, {b})")
-        rows = compare(n=n, max_participations=k, include_optimizer=optimizer,
+        rows = compare(n=n, max_participations=k,
                        progress=lambda name: context.say(f"Gaussian ({k}, {b}): {name}"))
         table = Table(
             f"Paper 000 App. D.5: prefix sums under (k, b) = ({k}, {b}) participation, n = {n}, best number of stamps s",
@@ -368,9 +368,6 @@ def _gaussian(section: Section, context: _Context) -> None:
         for row in sorted(rows, key=lambda row: row.loss.loss):
             table.rows.append([row.loss.name, row.stamps, row.loss.sensitivity_squared, row.loss.sensitivity_method,
                                row.loss.decoder_frobenius_squared, row.loss.loss, row.loss.rmse, row.seconds])
-        if not optimizer:
-            table.notes.append("Without the optimizer's rows: at n = 2000 they cost hours on 2 cores (O(n³) per dual "
-                               "iteration); they are in the (20, 10) table below.")
         by_family = {row.family: row for row in rows}
         for family in ("FFT", "Honaker + completion"):
             row = by_family.get(family)
@@ -379,11 +376,10 @@ def _gaussian(section: Section, context: _Context) -> None:
                 claim = " (paper 000 at (20, 100): inside)" if (k, b) == (20, 100) else ""
                 table.notes.append(f"{family}: losses by s {', '.join(f'{s}: {v:.4g}' for s, v in sorted(row.losses_by_stamps.items()))}; "
                                    f"best s = {row.stamps}, {'inside' if inside else 'at the edge of'} the sweep{claim}.")
-        if optimizer:
-            best = min(rows, key=lambda row: row.loss.loss)
-            table.notes.append(f"Lowest loss: {best.loss.name} (paper 000: the optimal multi-epoch factorization).")
+        best = min(rows, key=lambda row: row.loss.loss)
+        table.notes.append(f"Lowest loss: {best.loss.name} (paper 000: the optimal multi-epoch factorization).")
         section.tables.append(table)
-        if (k, b) == GAUSSIAN[context.quick][0][:2]:
+        if (k, b) == GAUSSIAN[context.quick][0]:
             path = context.out / "gaussian_step_variance.png"
             plot_step_variance(rows, str(path), title=f"per-step noise variance, n = {n}, (k, b) = ({k}, {b})")
             section.figures.append(path)
