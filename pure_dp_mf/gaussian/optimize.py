@@ -466,18 +466,17 @@ def _masked_certificate(A, X, G, schema, constraint):
     """
     n, b, k = schema.n, schema.min_sep, schema.max_participations
     classes = np.arange(n) % b
-    cross = classes[:, None] != classes[None, :]
+    cross = ~schema.pair_mask  # n = k·b: the pairs in no common pattern
     L = None
     if constraint == "nonnegative":
         U = np.where(cross & ((X > 0.0) | (G > 0.0)), 0.0, G)
         L = _cholesky(U)
     if L is None:
         U = np.where(cross, 0.0, G)
+        L = _cholesky(U)
     d = np.diag(U)
     v = np.bincount(classes, weights=d, minlength=b) / k
-    D = np.sqrt(v[classes] / d)
-    U *= D[:, None] * D[None, :]
-    L = _cholesky(U)
+    L = np.sqrt(v[classes] / d)[:, None] * L  # D·U·D = (D·L)(D·L)ᵀ
     w = scipy.linalg.eigh(_gram(_lower_times(A, L)), eigvals_only=True, check_finite=False)
     S = float(np.sum(np.sqrt(np.maximum(w, 0.0))))
     bound = S * S / float(np.sum(v))
@@ -511,10 +510,14 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
     """L-BFGS on the orthogonal family with dual certificates (module docstring)."""
     n, b, k = schema.n, schema.min_sep, schema.max_participations
     classes = np.arange(n) % b
-    free = classes[:, None] != classes[None, :]
-    bounded = free if constraint == "nonnegative" else None
-    free = free.astype(float)
+    bounded = ~schema.pair_mask if constraint == "nonnegative" else None  # n = k·b: pairs in no common pattern
+    free = (~schema.pair_mask).astype(float)
     objective = _MaskedObjective(A)
+
+    def certify(X, f, G):
+        """The incumbent candidates at X: its loss (sens² by Theorem 2.1) and the dual certificate."""
+        bound, v = _masked_certificate(A, X, G, schema, constraint)
+        return {"loss": f * gram_sensitivity_squared(gram=X, schema=schema), "X": X, "bound": bound, "v": v}
 
     def project(D, X):
         """D restricted to the family (zero within patterns, each pattern's diagonal sum fixed),
@@ -544,8 +547,7 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
     while True:
         if iteration >= next_check or iteration >= max_iterations:
             started = time.perf_counter()
-            bound, v = _masked_certificate(A, X, G, schema, constraint)
-            if best.record(iteration, loss=f * gram_sensitivity_squared(gram=X, schema=schema), X=X, bound=bound, v=v):
+            if best.record(iteration, **certify(X, f, G)):
                 break
             certifying += time.perf_counter() - started
             next_check = iteration + check_every
@@ -584,8 +586,7 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
                 new = None
                 break
         if new is None:
-            bound, v = _masked_certificate(A, X, G, schema, constraint)
-            best.offer(loss=f * gram_sensitivity_squared(gram=X, schema=schema), X=X, bound=bound, v=v)
+            best.offer(**certify(X, f, G))
             break
         new_G = objective.gradient(new[1])
         new_gradient = project(-new_G, trial)
