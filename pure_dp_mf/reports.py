@@ -34,12 +34,6 @@ from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
-PUBLISHED_TABLE2 = published.TABLE2
-"""Paper 001, Table 2, as printed (4 decimals)."""
-
-PUBLISHED_TABLE1 = published.TABLE1
-"""Paper 001, Table 1, as printed (the factorization row: the certified 0.0778 and 0.0710)."""
-
 PRINTED_DIGITS = 4
 """Table 1 and 2 print 4 decimals: a value agrees with a printed one within half a unit (5e-5)."""
 
@@ -240,10 +234,10 @@ def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -
     """
     plt = _pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
-    published_k = sorted(PUBLISHED_TABLE2)
+    published_k = sorted(published.TABLE2)
     for panel, (axis, metric, label) in enumerate(zip(axes, ("maxse", "meanse"), ("2C₂² (MaxSE)", "2C_F² (MeanSE)"))):
-        axis.plot(published_k, [PUBLISHED_TABLE2[k][panel] for k in published_k], "o--", mfc="none", color="C0", label=f"paper: {label}")
-        axis.plot(published_k, [PUBLISHED_TABLE2[k][3 + panel] for k in published_k], "s--", mfc="none", color="C1", label="paper: lifted")
+        axis.plot(published_k, [published.TABLE2[k][panel] for k in published_k], "o--", mfc="none", color="C0", label=f"paper: {label}")
+        axis.plot(published_k, [published.TABLE2[k][3 + panel] for k in published_k], "s--", mfc="none", color="C1", label="paper: lifted")
         for key, marker, colour, text in ((metric, "o", "C0", label), (f"{metric}_lifted", "s", "C1", "lifted")):
             points = sorted((k, values[key]) for k, values in ours.items() if key in values)
             if points:

@@ -43,7 +43,8 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.reports import PUBLISHED_TABLE1, PUBLISHED_TABLE2, Table, status_against_published
+from pure_dp_mf import published
+from pure_dp_mf.reports import Table, status_against_published
 from pure_dp_mf.validation import check_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,8 +191,8 @@ def _certificates(section: Section, context: _Context) -> None:
     def ratio(value, published):
         return None if value is None or published is None else value / published
 
-    for k in sorted(set(PUBLISHED_TABLE2) | set(ours), reverse=True):
-        paper = PUBLISHED_TABLE2.get(k, (None,) * 5)
+    for k in sorted(set(published.TABLE2) | set(ours), reverse=True):
+        paper = published.TABLE2.get(k, (None,) * 5)
         mine = ours.get(k, {})
         table.rows.append([
             k, paper[0], mine.get("maxse"), ratio(mine.get("maxse"), paper[0]),
@@ -224,7 +225,7 @@ def _table1(section: Section, context: _Context) -> None:
     for mechanism in trees.MECHANISMS:
         context.say(f"Table 1: {mechanism}")
         limit = best_tree_limits(mechanism=mechanism)
-        paper = PUBLISHED_TABLE1[mechanism]
+        paper = published.TABLE1[mechanism]
         table.rows.append([
             mechanism, limit.max_se_constant, limit.max_se_arity, paper[0], status_against_published(limit.max_se_constant, paper[0]),
             limit.mean_se_constant, limit.mean_se_arity, paper[1], status_against_published(limit.mean_se_constant, paper[1]),
@@ -234,10 +235,10 @@ def _table1(section: Section, context: _Context) -> None:
         records = [record for record in context.verified if record["metric"] == metric]
         if records:
             best = min(records, key=lambda record: record["lifted"])
-            lifted += [best["lifted"], f"k = {best['k']}", PUBLISHED_TABLE1["lifted"][index],
-                       status_against_published(best["lifted"], PUBLISHED_TABLE1["lifted"][index])]
+            lifted += [best["lifted"], f"k = {best['k']}", published.TABLE1["lifted"][index],
+                       status_against_published(best["lifted"], published.TABLE1["lifted"][index])]
         else:
-            lifted += [None, None, PUBLISHED_TABLE1["lifted"][index], "not yet (no verified certificate)"]
+            lifted += [None, None, published.TABLE1["lifted"][index], "not yet (no verified certificate)"]
     table.rows.append(["lifted (certified)", *lifted])
     table.notes.append(_float_lifted_note(context))
     table.notes += [
