@@ -19,6 +19,9 @@ demo: $(STAMP)
 	$(BIN)/pure-dp-mf reproduce --quick --out reproduce_out
 
 test: $(STAMP)
+	$(BIN)/ruff check pure_dp_mf tests benchmarks
+	$(BIN)/ruff format --check pure_dp_mf tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q
 
 clean:

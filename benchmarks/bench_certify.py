@@ -1,4 +1,4 @@
-"""Certify + verify speed (issue 5): the flint/gmpy2 route against fractions.Fraction.
+"""Certify + verify speed: the flint/gmpy2 route against fractions.Fraction, side by side.
 
 Run:  .venv/bin/python benchmarks/bench_certify.py [--sizes 128 256 1024] [--baseline-sizes 128 256]
       [--repeats 3]
@@ -14,49 +14,19 @@ bound, and prints the ratio. Target: certify + verify at k = 1024 under 60 s on 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import tempfile
 import time
-from fractions import Fraction
 from pathlib import Path
-
-import numpy as np
 
 from pure_dp_mf import exact
 from pure_dp_mf.certify import certify_factorization, verify_certificate
 from pure_dp_mf.factorization import Factorization, decoder_from_encoder
 from pure_dp_mf.workloads import toeplitz_square_root
 
-
-def _sqrt_upper(value: Fraction, bits: int = 128) -> Fraction:
-    target = -(-value.numerator * 4**bits // value.denominator)
-    root = math.isqrt(target)
-    return Fraction(root + (root * root < target), 2**bits)
-
-
-def fraction_decoder_bound(encoder: np.ndarray, decoder: np.ndarray, *, grid_bits: int, metric: str) -> Fraction:
-    """The certifier's steps 3-8 with Fraction matrices and plain loops (the slow baseline)."""
-    n = encoder.shape[0]
-    unit = Fraction(1, 2**grid_bits)
-    R = [[Fraction(int(v)) * unit for v in row] for row in np.rint(np.ldexp(encoder, grid_bits))]
-    L = [[Fraction(int(v)) * unit for v in row] for row in np.rint(np.ldexp(decoder, grid_bits))]
-    columns = list(zip(*R))
-    residual = [[sum(a * b for a, b in zip(L[i], columns[j])) - (1 if j <= i else 0) for j in range(n)] for i in range(n)]
-    G = [[row[j] - (row[j + 1] if j + 1 < n else 0) for j in range(n)] for row in residual]
-    if metric == "maxse":
-        rho = max(sum(abs(v) for v in row) for row in G)
-    else:
-        rho = _sqrt_upper(max(sum(abs(v) for v in row) for row in G) * max(sum(abs(v) for v in col) for col in zip(*G)))
-    assert rho < 1, "series does not converge"
-    L_columns = list(zip(*L))
-    first = [[-sum(a * b for a, b in zip(G[i], L_columns[j])) for j in range(n)] for i in range(n)]
-    second = [[a + b for a, b in zip(L[i], first[i])] for i in range(n)]
-    combine = max if metric == "maxse" else sum
-    approximate = _sqrt_upper(combine(sum(v * v for v in row) for row in second))
-    correction = _sqrt_upper(combine(sum(v * v for v in row) for row in first))
-    return approximate + rho * correction / (1 - rho)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from fraction_certifier import fraction_decoder_bound  # noqa: E402  (the slow reference lives with the tests)
 
 
 def _median_time(function, repeats: int):

@@ -1,11 +1,11 @@
-"""Benchmarks for the Gaussian mechanisms of paper 000 (run: .venv/bin/python benchmarks/bench_fft.py).
+"""Benchmarks for the Gaussian mechanisms of Choquette-Choo et al. (run: .venv/bin/python benchmarks/bench_fft.py).
 
 1. The FFT mechanism with the optimal decoder B_opt = A·C_F⁺: the fast path (conjugate-gradient
    setup + Gohberg–Semencul solves, O(n log n) per noise column) side by side with the dense
    pseudo-inverse A·pinv(C_F) at sizes where the dense one still fits, then the fast path alone at
-   n = 10^4 (paper 000: 146 minutes on a V100 with a pseudo-inverse; target here < 60 s on CPU).
+   n = 10^4 (Choquette-Choo et al.: 146 minutes on a V100 with a pseudo-inverse; target here < 60 s on CPU).
    Medians of ``--repeats`` runs.
-2. The comparison table of paper 000 App. D.5 for (k, b) = (20, 100), n = 2000, with the wall time
+2. The comparison table of Choquette-Choo et al. App. D.5 for (k, b) = (20, 100), n = 2000, with the wall time
    of each row. The optimizer rows (O(n³) per dual iteration, hundreds of iterations) are run at a
    reduced size (``--optimizer-n``) unless ``--optimizer-full`` is given.
 """
@@ -33,7 +33,9 @@ def median_seconds(function, repeats: int) -> float:
 
 def fast_vs_dense(sizes, large: int, columns: int, repeats: int) -> None:
     print(f"FFT optimal decoder: fast path vs dense pseudo-inverse (noise for {columns} columns, median of {repeats})")
-    print(f"{'n':>7} {'dense pinv s':>13} {'fast setup s':>13} {'fast noise s':>13} {'speed-up':>9} {'max |diff|':>11} {'residual':>9}")
+    print(
+        f"{'n':>7} {'dense pinv s':>13} {'fast setup s':>13} {'fast noise s':>13} {'speed-up':>9} {'max |diff|':>11} {'residual':>9}"
+    )
     rng = np.random.default_rng(0)
     for n in list(sizes) + [large]:
         z = rng.standard_normal((2 * n, columns))
@@ -46,6 +48,7 @@ def fast_vs_dense(sizes, large: int, columns: int, repeats: int) -> None:
         mechanism = holder["m"]
         noise_seconds = median_seconds(lambda: holder.__setitem__("noise", mechanism.decode(z)), repeats)
         if n in sizes:
+
             def dense():
                 C = mechanism.dense_encoder()
                 holder["dense"] = np.tri(n) @ (np.linalg.pinv(C) @ z)
@@ -57,12 +60,16 @@ def fast_vs_dense(sizes, large: int, columns: int, repeats: int) -> None:
             diff_text = f"{difference:11.2e}"
         else:
             dense_text, speedup, diff_text = f"{'(too big)':>13}", f"{'-':>9}", f"{'-':>11}"
-        print(f"{n:7d} {dense_text} {setup_seconds:13.3f} {noise_seconds:13.3f} {speedup} {diff_text} {mechanism.last_residual:9.1e}")
+        print(
+            f"{n:7d} {dense_text} {setup_seconds:13.3f} {noise_seconds:13.3f} {speedup} {diff_text} {mechanism.last_residual:9.1e}"
+        )
     m = FFTOptimalDecoderMechanism(large)
     seconds = median_seconds(m.decoder_frobenius_squared, repeats)
-    print(f"n = {large}: loss ‖B_opt‖_F² = {m.decoder_frobenius_squared():.6g} in {seconds:.4f} s "
-          f"(FFT ‖B_F‖_F² = {m.fft.decoder_frobenius_squared():.6g}); CG setup {m.inverse.setup_iterations} iterations, "
-          f"residual {m.inverse.setup_residual:.1e}\n")
+    print(
+        f"n = {large}: loss ‖B_opt‖_F² = {m.decoder_frobenius_squared():.6g} in {seconds:.4f} s "
+        f"(FFT ‖B_F‖_F² = {m.fft.decoder_frobenius_squared():.6g}); CG setup {m.inverse.setup_iterations} iterations, "
+        f"residual {m.inverse.setup_residual:.1e}\n"
+    )
 
 
 def table(n: int, k: int, include_optimizer: bool) -> None:
@@ -73,8 +80,10 @@ def table(n: int, k: int, include_optimizer: bool) -> None:
     print(f"{'mechanism':50s} {'s':>3} {'sens²':>10} {'method':>12} {'‖B‖_F²':>12} {'loss':>14} {'RMSE':>8} {'seconds':>8}")
     for row in rows:
         loss = row.loss
-        print(f"{loss.name:50s} {row.stamps:3d} {loss.sensitivity_squared:10.4f} {loss.sensitivity_method:>12} "
-              f"{loss.decoder_frobenius_squared:12.2f} {loss.loss:14.1f} {loss.rmse:8.3f} {row.seconds:8.2f}")
+        print(
+            f"{loss.name:50s} {row.stamps:3d} {loss.sensitivity_squared:10.4f} {loss.sensitivity_method:>12} "
+            f"{loss.decoder_frobenius_squared:12.2f} {loss.loss:14.1f} {loss.rmse:8.3f} {row.seconds:8.2f}"
+        )
     print()
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: optimal prefix-sum factorization for (k,b) = (20,100), n = 2000 (paper 000, CIFAR setting).
+"""Benchmark: optimal prefix-sum factorization for (k,b) = (20,100), n = 2000 (Choquette-Choo et al., CIFAR setting).
 
 Side by side, on the same machine, in one run (one after the other, never concurrently):
 
@@ -60,8 +60,9 @@ def run_jax(python: str, n: int, k: int, max_steps: int) -> dict | None:
         return None
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "C.npy")
-        completed = subprocess.run([python, "-c", JAX_WORKER, str(n), str(k), str(max_steps), out],
-                                   stdout=subprocess.PIPE, text=True)
+        completed = subprocess.run(
+            [python, "-c", JAX_WORKER, str(n), str(k), str(max_steps), out], stdout=subprocess.PIPE, text=True
+        )
         if completed.returncode != 0:
             print("jax_privacy baseline failed")
             return None
@@ -97,8 +98,9 @@ def main() -> None:
 
     print(f"ours: masked primal, constraint 'pairs', to a certified gap of {args.gap:g} ...", flush=True)
     started = time.perf_counter()
-    ours = optimize(workload=A, max_participations=k, gap=args.gap, constraint="pairs", method="masked-primal",
-                    max_iterations=100_000)
+    ours = optimize(
+        workload=A, max_participations=k, gap=args.gap, constraint="pairs", method="masked-primal", max_iterations=100_000
+    )
     our_seconds = time.perf_counter() - started
     bound = ours.dual_bound
     ours_points = [(check.seconds, check.loss, check.relative_gap) for check in ours.history]
@@ -114,15 +116,16 @@ def main() -> None:
         jax_loss = float(np.sum(B * B)) * sens2
         jax_points = [(seconds, loss) for _, seconds, loss in jax["trajectory"]]
         jax_to_target = first_time(jax_points, lambda point: point[1] <= (1 + 1e-3) * bound)
-        rows.append((f"jax_privacy dense.optimize (jax {jax['jax']})", jax_to_target, jax["seconds"], jax_loss,
-                     len(jax_points)))
+        rows.append((f"jax_privacy dense.optimize (jax {jax['jax']})", jax_to_target, jax["seconds"], jax_loss, len(jax_points)))
     print(f"{'method':45s} {'to 0.1 %':>12s} {'total':>10s} {'final loss':>16s} {'above bound':>12s} {'iterations':>11s}")
     for name, to_target, total, loss, iterations in rows:
         print(f"{name:45s} {show(to_target):>12s} {total:9.1f}s {loss:16.6f} {(loss - bound) / bound:12.2e} {iterations:11d}")
     if jax is not None:
         ours_to_jax_loss = first_time(ours_points, lambda point: point[1] <= jax_loss)
-        print(f"\nours reached jax's final loss {jax_loss:.6f} after {show(ours_to_jax_loss)} "
-              f"(jax: {jax['seconds']:.1f} s); final loss ours/jax = {ours.loss / jax_loss:.9f}")
+        print(
+            f"\nours reached jax's final loss {jax_loss:.6f} after {show(ours_to_jax_loss)} "
+            f"(jax: {jax['seconds']:.1f} s); final loss ours/jax = {ours.loss / jax_loss:.9f}"
+        )
         if ours_to_target is not None and jax_to_target is not None:
             print(f"time to 0.1 % of the optimum, ours/jax = {ours_to_target / jax_to_target:.3f}")
         if ours_to_jax_loss is not None:

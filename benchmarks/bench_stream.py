@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pure_dp_mf.resources import BASE_FOLDER as BASES
+
 ROOT = Path(__file__).resolve().parents[1]
 CHUNK = 1 << 16
 UPDATE_STEPS = 200_000
@@ -43,7 +45,7 @@ UPDATE_STEPS = 200_000
 def load_base(path: str | None):
     from pure_dp_mf.factorization import Factorization
 
-    shipped = ROOT / "base_factorizations" / "k256_maxse.npz"
+    shipped = BASES / "k256_maxse.npz"
     if path is None and shipped.exists():
         path = str(shipped)
     if path is not None:
@@ -72,8 +74,7 @@ class BinaryTreeCounter:
         """η_ℓ[first … last] (inclusive) from aligned blocks."""
         block = self.BLOCK
         pieces = [
-            self.generator.laplace(index=(level << 48) + b * block, size=block)
-            for b in range(first // block, last // block + 1)
+            self.generator.laplace(index=(level << 48) + b * block, size=block) for b in range(first // block, last // block + 1)
         ]
         values = np.concatenate(pieces)
         return values[first - (first // block) * block : last - (first // block) * block + 1]
@@ -206,8 +207,16 @@ def main() -> None:
     print(header)
     for exponent in range(4, arguments.max_exponent + 1):
         n = 10**exponent
-        command = [sys.executable, __file__, "--worker", str(n), "--repeats", str(arguments.repeats),
-                   "--tree-batch-max-exponent", str(arguments.tree_batch_max_exponent)]
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            str(n),
+            "--repeats",
+            str(arguments.repeats),
+            "--tree-batch-max-exponent",
+            str(arguments.tree_batch_max_exponent),
+        ]
         if arguments.base:
             command += ["--base", arguments.base]
         completed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)

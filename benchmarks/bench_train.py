@@ -9,7 +9,7 @@ same process, one after the other:
   constant learning rate directly on the true, non-smooth cost (``surrogate="exact"``).
 
 Printed per k and metric: steps per second, and steps and seconds until the best true
-constant 2C² first reaches paper 001's Table 2 value ("-" if never within the budget), the
+constant 2C² first reaches Arkhipov & Kalinin's Table 2 value ("-" if never within the budget), the
 final constant, and the ratio baseline/ours. With --repeats r > 1 every figure is a median.
 
     .venv/bin/python benchmarks/bench_train.py --sizes 64 128 256 --steps 50000    # full
@@ -72,8 +72,13 @@ def main() -> None:
             runs = {
                 "ours": TrainSettings(base_size=k, metric=metric, adam_steps=arguments.steps, lbfgs_steps=arguments.lbfgs_steps),
                 "baseline": TrainSettings(
-                    base_size=k, metric=metric, adam_steps=arguments.steps, lbfgs_steps=0, surrogate="exact",
-                    learning_rate=arguments.baseline_learning_rate, final_learning_rate=arguments.baseline_learning_rate,
+                    base_size=k,
+                    metric=metric,
+                    adam_steps=arguments.steps,
+                    lbfgs_steps=0,
+                    surrogate="exact",
+                    learning_rate=arguments.baseline_learning_rate,
+                    final_learning_rate=arguments.baseline_learning_rate,
                 ),
             }
             figures = {}

@@ -1,6 +1,6 @@
 """pure_dp_mf: pure-DP continual counting by matrix factorization, with machine-checked bounds.
 
-Notation follows ``DESIGN.md``: the workload T_n (lower-triangular all-ones) is factored as
+Notation follows ``docs/architecture.md``: the workload T_n (lower-triangular all-ones) is factored as
 T_n = L·R with the decoder L and the encoder R; Laplace noise of scale ‖R‖₁→₁/ε is added to R·x
 and the released prefix sums are L·(R·x + z) = T_n·x + L·z.
 """

@@ -1,6 +1,6 @@
 """Empirical privacy audit of the counters: ε lower bounds with a stated confidence.
 
-A pure-DP claim is argued (paper 001, Theorem 2.1 and Algorithm 3); this module *tests* it, the way
+A pure-DP claim is argued (Arkhipov & Kalinin, Theorem 2.1 and Algorithm 3); this module *tests* it, the way
 statistical DP testers do (DP-Sniper-style event selection, Clopper–Pearson bounds). For a pair
 of neighbouring streams x, x′ and an event E on the released output, ε-DP implies
 P[M(x′) ∈ E] ≤ e^ε·P[M(x) ∈ E], so with a Clopper–Pearson lower bound p′_lo on P[M(x′) ∈ E] and an
@@ -55,17 +55,21 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import scipy.optimize
 import scipy.stats
 
+from pure_dp_mf import trees
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.resources import largest_base_file
+from pure_dp_mf.stream import ArraySource, ContinualCounter, LiftedNoise
 from pure_dp_mf.validation import check_positive, check_size
 
 MECHANISMS = ("lifted", "binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
@@ -140,7 +144,6 @@ class _RecordingSource:
 def _engine_map(decoder: np.ndarray, alphas: Sequence[float], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(L[:n] restricted to its used columns, the used column indices), read off LiftedNoise:
     one pass records the blocks that rows [0, n) read, then one unit vector per column of them."""
-    from pure_dp_mf.stream import ArraySource, LiftedNoise
 
     if not alphas:  # p = 1: the engine's rows are A·z[0:r] (cross-checked like every other case)
         keep = np.any(decoder[:n] != 0.0, axis=0)
@@ -174,8 +177,6 @@ def counter_target(
     or a tree of ``trees.MECHANISMS`` (``arity`` defaults to ``trees.best_arity`` for MaxSE), run
     through the counter with the tree as base and no lifting.
     """
-    from pure_dp_mf import trees
-    from pure_dp_mf.stream import ContinualCounter, default_base_file
 
     if mechanism not in MECHANISMS:
         raise InvalidInputError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
@@ -187,9 +188,9 @@ def counter_target(
         if isinstance(base, Factorization):
             factorization, source = base, "given base"
         else:
-            path = Path(base) if base is not None else default_base_file()
+            path = Path(base) if base is not None else largest_base_file()
             factorization, source = Factorization.load(path), path.name
-        alphas = None
+        alphas: list[float] | None = None
         label = f"lifted counter, base {source} (k = {factorization.n})"
     else:
         if base is not None:
@@ -223,10 +224,16 @@ def counter_target(
         for i in range(noise.shape[0]):
             for x in streams:
                 real = ContinualCounter(
-                    base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(trial_seed(seed, i)), alphas=alphas
+                    base=factorization,
+                    epsilon=epsilon,
+                    horizon=n,
+                    rng=NoiseGenerator.from_seed(trial_seed(seed, i)),
+                    alphas=alphas,
                 ).counts(x)
                 if not np.array_equal(real, np.cumsum(x) + noise[i]):
-                    raise AuditError(f"trial {i}: the vectorised release differs from ContinualCounter's; the audit would not audit the counter")
+                    raise AuditError(
+                        f"trial {i}: the vectorised release differs from ContinualCounter's; the audit would not audit the counter"
+                    )
                 compared += 1
         return compared
 
@@ -266,9 +273,7 @@ def pair_loss(*, decoder: np.ndarray, shift: np.ndarray, dual: bool = True) -> t
     is y under x moved by L·u for every such u (loss ≤ ‖u‖₁/b), and the tail of vᵀy attains it."""
     L = np.asarray(decoder, dtype=np.float64)
     m, M = L.shape
-    primal = scipy.optimize.linprog(
-        np.ones(2 * M), A_eq=np.hstack([L, -L]), b_eq=shift, bounds=(0, None), method="highs"
-    )
+    primal = scipy.optimize.linprog(np.ones(2 * M), A_eq=np.hstack([L, -L]), b_eq=shift, bounds=(0, None), method="highs")
     if primal.status != 0:
         raise AuditError(f"the loss LP of a pair failed: {primal.message}")
     if not dual:
@@ -294,8 +299,9 @@ def default_pairs(target: AuditTarget, *, seed: int = 0) -> list[Pair]:
     ``WORST_CANDIDATES`` positions tried), dense (a random dense stream against itself with the
     worst position flipped)."""
     n = target.n
+    candidates: list[int]
     if n <= WORST_CANDIDATES:
-        candidates = range(n)
+        candidates = list(range(n))
     else:
         candidates = sorted(set(range(8)) | set(np.linspace(0, n - 1, WORST_CANDIDATES - 8).astype(int).tolist()))
     losses = {i: pair_loss(decoder=target.decoder, shift=target.workload[:, i], dual=False)[0] for i in candidates}
@@ -346,10 +352,19 @@ class _Statistic:
 def _statistics(target: AuditTarget, shift: np.ndarray) -> tuple[float, list[_Statistic]]:
     L, b = target.decoder, target.scale
     loss, u, v = pair_loss(decoder=L, shift=shift)
-    statistics = [_Statistic("linear", lambda e, v=v: e @ v / b)]
+
+    def linear(e: np.ndarray, v: np.ndarray = cast(np.ndarray, v)) -> np.ndarray:
+        return e @ v / b
+
+    statistics = [_Statistic("linear", linear)]
     fisher = np.linalg.lstsq(L @ L.T, shift, rcond=None)[0]  # Gaussian-optimal direction (LLᵀ)⁻¹d
     if np.any(fisher != 0):
-        statistics.append(_Statistic("fisher", lambda e, f=fisher / np.abs(fisher).max(): e @ f))
+        direction = fisher / np.abs(fisher).max()
+
+        def fisher_statistic(e: np.ndarray, f: np.ndarray = direction) -> np.ndarray:
+            return e @ f
+
+        statistics.append(_Statistic("fisher", fisher_statistic))
     support = np.flatnonzero(np.abs(u) > 1e-9)
     if support.size:
         unit = np.zeros((L.shape[1], support.size))
@@ -358,7 +373,11 @@ def _statistics(target: AuditTarget, shift: np.ndarray) -> tuple[float, list[_St
         ok = np.max(np.abs(L.T @ G - unit), axis=0) < 1e-9
         if ok.any():
             G, w = G[:, ok], u[support[ok]]
-            statistics.append(_Statistic("llr", lambda e, G=G, w=w: (np.abs(e @ G) - np.abs(e @ G - w)).sum(axis=1) / b))
+
+            def llr(e: np.ndarray, G: np.ndarray = G, w: np.ndarray = w) -> np.ndarray:
+                return (np.abs(e @ G) - np.abs(e @ G - w)).sum(axis=1) / b
+
+            statistics.append(_Statistic("llr", llr))
     return loss / b, statistics
 
 

@@ -1,5 +1,5 @@
 """Certificates: exact upper bounds on the costs of a base factorization of T_k, and their
-independent verification (paper 001, section 2.1 and Proposition 2.6; DESIGN.md "Files").
+independent verification (Arkhipov & Kalinin, section 2.1 and Proposition 2.6; docs/architecture.md "Files").
 
 What is certified
 -----------------
@@ -46,7 +46,7 @@ The proof, step by step (certifier)
 8. ‖L̂‖² and ‖E₁‖² are exact rationals (integer sums of squares over 2^6g); their square roots
    are bounded above by integer square roots at 2^-128 (``exact.sqrt_upper``).
    L̂ is the second-order approximation of L, so the bound is within about ρ·‖E₁‖ ≈ 10^-15
-   (relative) of the true norm: far inside the issue's 10^-6 target.
+   (relative) of the true norm: far inside a 10^-6 relative target.
 9. The claimed decoder norm is that bound rounded up to 12 significant digits plus one unit in
    the 12th digit (a headroom of 10^-12 to 10^-11, relative). The headroom lets the verifier,
    which approximates L by its own float route (so by a different L̃, on any machine), prove
@@ -80,11 +80,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
 
 import gmpy2
 import numpy as np
@@ -95,10 +95,11 @@ from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
+from pure_dp_mf.lift import lift_factor
 from pure_dp_mf.validation import check_size
 
 FORMAT = "pure_dp_mf.certificate/1"
-DEFAULT_GRID_BITS = 32
+DEFAULT_GRID_BITS = exact.GRID_BITS
 DECIMAL_DIGITS = 12
 _MAX_GRID_BITS = 512
 _DECODER_CLAIM = {"maxse": "decoder_max_row_norm", "meanse": "decoder_frobenius_norm"}
@@ -135,7 +136,7 @@ class Bound:
     decimal: str
 
     @classmethod
-    def of(cls, value: exact.Rational, *, lower: bool = False) -> "Bound":
+    def of(cls, value: exact.Rational, *, lower: bool = False) -> Bound:
         """An upper bound rendered rounded up, or (``lower=True``) a lower bound rendered rounded down."""
         return cls(exact.fraction(value), _render(value, lower=lower))
 
@@ -211,7 +212,7 @@ class Certificate:
         return json.dumps(document, indent=2) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, *, folder: str | os.PathLike = ".", source: str = "certificate") -> "Certificate":
+    def from_json(cls, text: str, *, folder: str | os.PathLike = ".", source: str = "certificate") -> Certificate:
         """Parse a certificate; every structural problem is a ``CertificateFileError``."""
         try:
             document = json.loads(text)
@@ -239,9 +240,7 @@ class Certificate:
             grid_bits=grid_bits,
             claims={name: reader.bound(f"claims.{name}") for name in _claim_order(metric)},
             log2_lower_bounds={name: reader.bound(f"log2_lower_bounds.{name}") for name in ("k", "2k+1")},
-            certifier_record={
-                name: reader.bound(f"certifier_record.{name}") for name in reader.get("certifier_record", dict)
-            },
+            certifier_record={name: reader.bound(f"certifier_record.{name}") for name in reader.get("certifier_record", dict)},
             float64=reader.get("float64", dict),
             rounded_from=rounded_from,
             library_version=reader.get("library_version", str),
@@ -251,7 +250,7 @@ class Certificate:
         )
 
     @classmethod
-    def read(cls, path: str | os.PathLike) -> "Certificate":
+    def read(cls, path: str | os.PathLike) -> Certificate:
         """Read a certificate file (paths inside are relative to its folder)."""
         path = Path(path)
         if not path.is_file():
@@ -286,7 +285,14 @@ class Certificate:
         for name, bound in self.claims.items():
             reference = self.float64.get(name)
             gap = float((bound.value - Fraction(reference)) / Fraction(reference)) if reference else None
-            rows.append((labels[name], bound.decimal, "" if reference is None else f"{reference:.12g}", "" if gap is None else f"{gap:.2e}"))
+            rows.append(
+                (
+                    labels[name],
+                    bound.decimal,
+                    "" if reference is None else f"{reference:.12g}",
+                    "" if gap is None else f"{gap:.2e}",
+                )
+            )
         for name, bound in self.certifier_record.items():
             rows.append((f"proof record: {name}", f"{float(bound.value):.6g}", "", ""))
         title = f"certificate: {self.factorization_path.name} (k = {self.n}, {self.metric}, grid 2^-{self.grid_bits})"
@@ -392,11 +398,23 @@ def certify_factorization(
 ) -> Certificate:
     """Certify the factorization in ``path`` (see the module docstring for the proof).
 
-    ``metric`` defaults to the file's. If the encoder is off the grid 2^-``grid_bits`` or the
-    file stores a decoder, the rounded factorization (encoder only) is written to
-    ``rounded_out`` (default: ``<stem>_grid<G>.npz`` beside the input) and certified instead.
-    The certificate is written to ``out`` if given. Raises ``CertificationError`` when the
-    factorization cannot be certified (non-square encoder, k < 2, series not convergent).
+    Args:
+        path: a factorization file (.npz) with a square encoder R of T_k.
+        grid_bits: g; the certified encoder is R̃ on the lattice 2^-g ℤ.
+        metric: "maxse" or "meanse" (default: the file's).
+        out: where to write the certificate (JSON), if given.
+        rounded_out: where to write the rounded factorization when R is off the grid or the
+            file stores a decoder (default: ``<stem>_grid<G>.npz`` beside the input); that file
+            is the one certified.
+        progress: called with a short message at each stage.
+
+    Returns:
+        The ``Certificate``: exact upper bounds on ‖R̃‖₁→₁, the decoder norm, c and the constants.
+
+    Raises:
+        CertificationError: the factorization cannot be certified (non-square encoder, k < 2,
+            Neumann series not convergent).
+        InvalidInputError, FactorizationFileError: bad arguments or an unreadable file.
     """
     say = progress or (lambda message: None)
     start = time.perf_counter()
@@ -457,7 +475,7 @@ def certify_factorization(
         _DECODER_CLAIM[metric]: float_costs.decoder_max_row_norm if metric == "maxse" else float_costs.decoder_frobenius_norm,
         _COST_CLAIM[metric]: float_costs.c2 if metric == "maxse" else float_costs.cf,
         "leading_constant": constant,
-        "lifted_constant": constant * (np.log2(k) / np.log2(2 * k + 1)) ** 3,
+        "lifted_constant": constant * lift_factor(k),
     }
     certificate = Certificate(
         factorization_path=certified.resolve(),
@@ -470,7 +488,7 @@ def certify_factorization(
         certifier_record={name: Bound.of(value) for name, value in record.items()},
         float64=float64,
         rounded_from=rounded_from,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         timings={
             "round_s": round(rounded_seconds, 3),
             "float_s": round(float_seconds, 3),
@@ -511,7 +529,11 @@ class VerificationResult:
 
     def to_table(self) -> tuple[str, list[str], list[tuple]]:
         title = f"verified: {self.certificate_path} (k = {self.n}, {self.metric}) in {self.seconds:.2f} s"
-        return title, ["claim", "claimed", "verifier's bound", "holds"], [(c.claim, c.claimed, c.proven, "yes") for c in self.checks]
+        return (
+            title,
+            ["claim", "claimed", "verifier's bound", "holds"],
+            [(c.claim, c.claimed, c.proven, "yes") for c in self.checks],
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -551,7 +573,9 @@ def _check_decimal(name: str, bound: Bound, *, lower: bool) -> None:
         raise ClaimFailedError(name, f"the bound {bound.value} is not positive")
     expected = _render(bound.value, lower=lower)
     if bound.decimal != expected:
-        raise ClaimFailedError(name, f"decimal {bound.decimal} is not its fraction rounded {'down' if lower else 'up'} ({expected})")
+        raise ClaimFailedError(
+            name, f"decimal {bound.decimal} is not its fraction rounded {'down' if lower else 'up'} ({expected})"
+        )
 
 
 def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str) -> tuple[gmpy2.mpq, gmpy2.mpq, gmpy2.mpq]:
@@ -579,7 +603,9 @@ def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str
     else:
         rho = exact.sqrt_upper(gmpy2.mpq(sum(exact.row_sums_of_squares(G_rows)), scale * scale))
     if rho >= 1:
-        raise ClaimFailedError(_DECODER_CLAIM[metric], f"the verifier's Neumann series does not converge (‖G‖ ≥ {float(rho):.3g})")
+        raise ClaimFailedError(
+            _DECODER_CLAIM[metric], f"the verifier's Neumann series does not converge (‖G‖ ≥ {float(rho):.3g})"
+        )
     W = M.copy()
     W[1:] -= M[:-1]  # T_k⁻¹·M
     E1 = residual * exact.integer_matrix(W) * -1  # E₁·2^3g = −Δ̃·T_k⁻¹·L̃·2^3g
@@ -599,10 +625,19 @@ def _sum_of_roots_holds(D: gmpy2.mpq, A: gmpy2.mpq, B: gmpy2.mpq, c: gmpy2.mpq) 
 
 
 def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = None) -> VerificationResult:
-    """Re-prove every claim of the certificate at ``path`` from its factorization file.
+    """Re-prove every claim of the certificate at ``path`` from its factorization file, by a route
+    independent of the certifier's.
 
-    Returns a ``VerificationResult`` if all hold; raises ``CertificateFileError`` for a
-    malformed certificate and ``ClaimFailedError`` naming the first claim that fails.
+    Args:
+        path: the certificate (JSON); the factorization file is found relative to it.
+        progress: called with a short message at each stage.
+
+    Returns:
+        A ``VerificationResult`` listing every check, if all claims hold.
+
+    Raises:
+        CertificateFileError: a malformed certificate or a missing factorization file.
+        ClaimFailedError: names the first claim that does not hold.
     """
     say = progress or (lambda message: None)
     start = time.perf_counter()

@@ -1,31 +1,33 @@
-"""The comparison table of paper 001 (Table 1) at a given n and ε, and its plot against n.
+"""The comparison table (Arkhipov & Kalinin, arXiv 2607.08963, Table 1) at a given n and ε.
 
 ``comparison_rows(n=, epsilon=)`` lists every tree mechanism of ``trees.MECHANISMS`` with its
-exact finite-n MaxSE and MeanSE (from ``trees.tree_costs``) and the leading constants
-MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (DESIGN.md), sorted by error. Mechanisms with an arity
-appear with the best arity for MaxSE and the best arity for MeanSE (one row when they agree).
+exact finite-n MaxSE and MeanSE (from ``trees.tree_costs``) and the lifted factorization
+mechanism (for each metric the shipped base whose ◇α lift has the least error at n, from
+``lift.LiftedFamily``), with the leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³
+(``costs.leading_constant``), sorted by error. Mechanisms with an arity appear with the best
+arity for MaxSE and the best arity for MeanSE (one row when they agree). More mechanisms join
+through ``providers=``: callables ``provider(*, n, epsilon)`` returning ``ComparisonRow`` objects.
 
-The lifted factorization mechanism (``lifted_rows``, best shipped base per metric) is in the
-default table. Other mechanisms join it through row providers: any callable
-``provider(*, n, epsilon)`` returning ``ComparisonRow`` objects, passed in ``providers=`` or
-registered once with ``register_row_provider``.
+Data flow: trees and lift plans → rows (this module) → tables and figures (``reports``).
 """
 
 from __future__ import annotations
 
-import io
+import functools
 import math
 import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
-from pure_dp_mf import trees
-from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf import resources, trees
+from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorization import METRICS, Factorization
+from pure_dp_mf.lift import LiftedFamily, Operand
 from pure_dp_mf.validation import check_positive, check_size
 
-SORT_KEYS = ("maxse", "meanse")
+SORT_KEYS = METRICS
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,9 @@ class ComparisonRow:
     """One mechanism at one (n, ε): errors and leading constants (NaN constants for n = 1).
 
     ``best_for`` names the metrics for which ``arity`` was chosen (empty when there is no arity
-    or it was given); ``source`` says where the numbers come from (e.g. "closed form").
+    or it was given); ``source`` says where the numbers come from (e.g. "closed form"). Lifted
+    rows also carry ``levels`` (p), ``base_file`` (the base's path, or None for an in-memory
+    base) and ``asymptotic_constant`` (Theorem 2.5's limit of the chosen base).
     """
 
     mechanism: str
@@ -46,17 +50,47 @@ class ComparisonRow:
     max_se_constant: float
     mean_se_constant: float
     source: str = "closed form"
+    levels: int | None = None
+    base_file: str | None = None
+    asymptotic_constant: float | None = None
 
     @classmethod
     def from_errors(
-        cls, *, mechanism: str, arity: int | None, n: int, epsilon: float, max_se: float, mean_se: float,
-        best_for: tuple[str, ...] = (), source: str = "closed form",
-    ) -> "ComparisonRow":
+        cls,
+        *,
+        mechanism: str,
+        arity: int | None,
+        n: int,
+        epsilon: float,
+        max_se: float,
+        mean_se: float,
+        best_for: tuple[str, ...] = (),
+        source: str = "closed form",
+        levels: int | None = None,
+        base_file: str | None = None,
+        asymptotic_constant: float | None = None,
+    ) -> ComparisonRow:
         """A row from MaxSE and MeanSE at ε; the leading constants are derived here."""
-        def constant(error: float) -> float:
-            return error * epsilon**2 / math.log2(n) ** 3 if n >= 2 else math.nan
+        return cls(
+            mechanism,
+            arity,
+            tuple(best_for),
+            n,
+            epsilon,
+            max_se,
+            mean_se,
+            leading_constant(max_se, n=n, epsilon=epsilon),
+            leading_constant(mean_se, n=n, epsilon=epsilon),
+            source,
+            levels,
+            base_file,
+            asymptotic_constant,
+        )
 
-        return cls(mechanism, arity, tuple(best_for), n, epsilon, max_se, mean_se, constant(max_se), constant(mean_se), source)
+    @property
+    def metric(self) -> str | None:
+        """The one metric this row was chosen for, if exactly one."""
+        return self.best_for[0] if len(self.best_for) == 1 else None
 
     def as_dict(self) -> dict:
         record = asdict(self)
@@ -73,48 +107,122 @@ def tree_rows(*, n: int, epsilon: float = 1.0) -> list[ComparisonRow]:
     for mechanism in trees.MECHANISMS:
         if mechanism in trees.ARITY_MECHANISMS:
             chosen: dict[int, list[str]] = {}
-            for metric in trees.METRICS:
+            for metric in METRICS:
                 chosen.setdefault(trees.best_arity(mechanism=mechanism, n=n, metric=metric), []).append(metric)
-            choices = [(arity, tuple(metrics)) for arity, metrics in chosen.items()]
+            choices: list[tuple[int | None, tuple[str, ...]]] = [(arity, tuple(metrics)) for arity, metrics in chosen.items()]
         else:
             choices = [(None, ())]
         for arity, best_for in choices:
             costs = trees.tree_costs(mechanism=mechanism, n=n, arity=arity)
             rows.append(
                 ComparisonRow.from_errors(
-                    mechanism=mechanism, arity=arity, best_for=best_for, n=n, epsilon=epsilon,
-                    max_se=costs.max_se(epsilon=epsilon), mean_se=costs.mean_se(epsilon=epsilon),
+                    mechanism=mechanism,
+                    arity=arity,
+                    best_for=best_for,
+                    n=n,
+                    epsilon=epsilon,
+                    max_se=costs.max_se(epsilon=epsilon),
+                    mean_se=costs.mean_se(epsilon=epsilon),
                 )
             )
     return rows
 
 
-def lifted_rows(*, n: int, epsilon: float = 1.0) -> list[ComparisonRow]:
-    """Rows of the lifted factorization mechanism (paper 001, Theorem 2.5): for each metric, the
-    shipped base in ``base_factorizations/`` whose lift has the least error at n (``lift.py``)."""
-    from pure_dp_mf.lift import lifted_comparison_rows  # lift.py builds ComparisonRow: import late
-
-    return lifted_comparison_rows(n=n, epsilon=epsilon)
+# ---------------------------------------------------------------------------------------------
+# Lifted rows: the best base per metric.
 
 
-_REGISTERED: list[RowProvider] = [tree_rows, lifted_rows]
+def _families(bases: Iterable[tuple[Operand, str | None]]) -> list[tuple[LiftedFamily, str | None]]:
+    """One ``LiftedFamily`` per (base, metric it competes for), with the base's file (or None).
+
+    A base whose metadata names a metric competes only for that metric; one without, for both."""
+    families = []
+    for base, file in bases:
+        declared = base.metric if isinstance(base, Factorization) else None
+        families += [(LiftedFamily(base=base, metric=metric), file) for metric in METRICS if declared in (None, metric)]
+    return families
 
 
-def register_row_provider(provider: RowProvider) -> None:
-    """Add ``provider(*, n, epsilon) -> rows`` to the default table (idempotent)."""
-    if provider not in _REGISTERED:
-        _REGISTERED.append(provider)
+def _best_rows(
+    *, n: int, epsilon: float, families: Sequence[tuple[LiftedFamily, str | None]], alpha_rule: str
+) -> list[ComparisonRow]:
+    n = check_size(n, name="n")
+    rows = []
+    for metric in METRICS:
+        plans = [
+            (family.plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule), file)
+            for family, file in families
+            if family.metric == metric
+        ]
+        if not plans:
+            continue
+        plan, file = min(plans, key=lambda item: item[0].costs.max_se if metric == "maxse" else item[0].costs.mean_se)
+        where = f"lift of {Path(file).name}" if file is not None else "lift of a given base"
+        rows.append(
+            ComparisonRow.from_errors(
+                mechanism="lifted",
+                arity=plan.base_size,
+                best_for=(metric,),
+                n=n,
+                epsilon=plan.epsilon,
+                max_se=plan.costs.max_se,
+                mean_se=plan.costs.mean_se,
+                source=f"{where}, {plan.levels} levels",
+                levels=plan.levels,
+                base_file=file,
+                asymptotic_constant=plan.asymptotic_constant,
+            )
+        )
+    return rows
+
+
+def best_lifted_rows(*, n: int, epsilon: float = 1.0, bases: Iterable[Operand], alpha_rule: str = "paper") -> list[ComparisonRow]:
+    """For each metric, the lift (α chosen for that metric) of the base with the least error at n.
+
+    Args:
+        n: the stream length (rows of the truncated lift).
+        epsilon: the privacy parameter ε of the errors.
+        bases: Factorizations of T_k (any k) or exact (decoder, encoder) pairs.
+        alpha_rule: "paper" or "truncated" (see ``lift.LiftedFamily.plan``).
+
+    Returns:
+        One lifted ``ComparisonRow`` per metric that has a candidate (``maxse`` first).
+    """
+    return _best_rows(n=n, epsilon=epsilon, families=_families((base, None) for base in bases), alpha_rule=alpha_rule)
+
+
+@functools.lru_cache(maxsize=4)
+def _folder_families(folder: str, stamp: tuple) -> tuple[tuple[LiftedFamily, str | None], ...]:
+    """Families of a folder's bases, cached while the files (names, mtimes, sizes) are unchanged."""
+    files = resources.base_files(folder)
+    return tuple(_families((Factorization.load(path), str(path)) for path in files))
+
+
+def lifted_rows(
+    *, n: int, epsilon: float = 1.0, directory: str | os.PathLike | None = None, alpha_rule: str = "paper"
+) -> list[ComparisonRow]:
+    """The lifted rows of the bases in ``directory`` (default: the shipped ones): for each metric
+    the base whose lift has the least error at n, with its file in ``base_file``."""
+    folder = Path(directory) if directory is not None else resources.BASE_FOLDER
+    files = resources.base_files(folder)
+    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    return _best_rows(n=n, epsilon=epsilon, families=_folder_families(str(folder), stamp), alpha_rule=alpha_rule)
+
+
+DEFAULT_PROVIDERS: tuple[RowProvider, ...] = (tree_rows, lifted_rows)
 
 
 def comparison_rows(
     *, n: int, epsilon: float = 1.0, providers: Sequence[RowProvider] | None = None, sort_by: str = "maxse"
 ) -> list[ComparisonRow]:
-    """All rows at (n, ε), sorted by MaxSE (``sort_by="maxse"``) or MeanSE, then by the other."""
+    """All rows at (n, ε), sorted by MaxSE (``sort_by="maxse"``) or MeanSE, then by the other.
+
+    ``providers`` default to ``DEFAULT_PROVIDERS`` (the trees and the shipped lifted bases)."""
     n = check_size(n, name="n")
     epsilon = check_positive(epsilon, name="epsilon")
     if sort_by not in SORT_KEYS:
         raise InvalidInputError(f"unknown sort key {sort_by!r}; expected one of {SORT_KEYS}")
-    rows = [row for provider in (_REGISTERED if providers is None else providers) for row in provider(n=n, epsilon=epsilon)]
+    rows = [row for provider in (DEFAULT_PROVIDERS if providers is None else providers) for row in provider(n=n, epsilon=epsilon)]
     first, second = ("max_se", "mean_se") if sort_by == "maxse" else ("mean_se", "max_se")
     return sorted(rows, key=lambda row: (getattr(row, first), getattr(row, second), row.mechanism))
 
@@ -139,43 +247,3 @@ def leading_constant_series(
             series.setdefault(mechanism, []).append((exponent, max_constant, mean_constant))
     order = {name: position for position, name in enumerate(trees.MECHANISMS)}
     return dict(sorted(series.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
-
-
-def plot_leading_constants(
-    *, path: str | os.PathLike, exponents: Iterable[int] = range(4, 41), providers: Sequence[RowProvider] | None = None
-) -> Path:
-    """Write a PNG of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ against n = 2^e (one panel each).
-
-    Dashed lines: the n → ∞ constants of paper 001's Table 1. The file is written atomically.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if not path.parent.exists():
-        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
-    series = leading_constant_series(exponents=list(exponents), providers=providers)
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for position, (mechanism, points) in enumerate(series.items()):
-        colour = colours[position % len(colours)]
-        for panel, axis in enumerate(axes):
-            axis.plot([p[0] for p in points], [p[1 + panel] for p in points], marker=".", color=colour, label=mechanism)
-            limit = trees.TABLE1_CONSTANTS.get(mechanism)
-            if limit is not None:
-                axis.axhline(limit[panel], color=colour, linestyle="--", linewidth=0.8)
-    for axis, title in zip(axes, ("MaxSE·ε²/log₂(n)³", "MeanSE·ε²/log₂(n)³")):
-        axis.set_title(title)
-        axis.set_xlabel("log₂ n")
-        axis.set_yscale("log")
-        axis.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("leading constant (dashed: paper 001 Table 1, n → ∞)")
-    axes[1].legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path

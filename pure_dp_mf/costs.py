@@ -1,4 +1,4 @@
-"""Factorization costs and errors (paper 001, section 1.1; DESIGN.md "Pure-DP costs").
+"""Factorization costs and errors (Arkhipov & Kalinin, section 1.1; docs/architecture.md "Notation").
 
 For T_n = L·R and Laplace noise z of scale b = ‖R‖₁→₁/ε (variance 2b² per coordinate), the
 mechanism L·(R·x + z) has per-step error variance 2b²·‖L_t‖², hence
@@ -6,7 +6,7 @@ mechanism L·(R·x + z) has per-step error variance 2b²·‖L_t‖², hence
 * ‖L‖₂→∞ = max_t ‖L_t‖₂ (largest row ℓ2 norm), ‖R‖₁→₁ = max_j Σ_i |R_ij| (largest column ℓ1 norm);
 * c₂ = ‖L‖₂→∞·‖R‖₁→₁ and MaxSE = 2·c₂²/ε²;
 * c_F = ‖L‖_F·‖R‖₁→₁/√n and MeanSE = 2·c_F²/ε², n the number of rows of L (steps);
-* leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (paper 001's "2C₂²", "2C_F²").
+* leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (Arkhipov & Kalinin's "2C₂²", "2C_F²").
 
 Float64 functions take dense arrays or scipy.sparse matrices. The ``*_exact`` functions take
 integer or rational matrices (ints, ``fractions.Fraction``) and return squared norms and
@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse
 
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.exact import GRID_BITS, column_abs_sums
 from pure_dp_mf.validation import check_positive
 
 
@@ -42,7 +43,9 @@ def _flat(values) -> np.ndarray:
 def row_norms_squared(matrix) -> np.ndarray:
     """‖L_t‖₂² for every row t."""
     absolute = _absolute(matrix)
-    return _flat(absolute.multiply(absolute).sum(axis=1) if scipy.sparse.issparse(absolute) else (absolute**2).sum(axis=1))
+    if isinstance(absolute, np.ndarray):
+        return _flat((absolute**2).sum(axis=1))
+    return _flat(absolute.multiply(absolute).sum(axis=1))
 
 
 def max_row_norm(matrix) -> float:
@@ -60,10 +63,15 @@ def frobenius_norm(matrix) -> float:
     return float(math.sqrt(row_norms_squared(matrix).sum()))
 
 
-def leading_constant(error: float, *, n: int, epsilon: float = 1.0) -> float:
-    """error·ε²/log₂(n)³, the constant in front of log₂(n)³/ε² (needs n ≥ 2)."""
-    if n < 2:
-        raise InvalidInputError(f"the leading constant needs n >= 2 (log2(n) > 0), got n = {n}")
+def leading_constant(error: float | Fraction, *, n: int, epsilon: float = 1.0) -> float:
+    """error·ε²/log₂(n)³, the constant in front of log₂(n)³/ε²; NaN for n = 1 (log₂ 1 = 0).
+
+    The one implementation of the leading constant: trees, lifts, comparison rows and the trainer
+    all call it. ``error`` may be a Fraction (it is converted once, at the end)."""
+    if n < 1:
+        raise InvalidInputError(f"the leading constant needs n >= 1, got n = {n}")
+    if n == 1:
+        return math.nan
     return float(error) * epsilon**2 / math.log2(n) ** 3
 
 
@@ -88,6 +96,36 @@ class FactorizationCosts:
         return asdict(self)
 
 
+def costs_from_norms(
+    *, n: int, inner_size: int, epsilon: float, max_row_norm_squared, frobenius_squared, sensitivity
+) -> FactorizationCosts:
+    """Every cost from the three norms ‖L‖₂→∞², ‖L‖_F² and ‖R‖₁→₁ (floats or Fractions).
+
+    c₂ = ‖L‖₂→∞·‖R‖₁→₁, c_F = ‖L‖_F·‖R‖₁→₁/√n, MaxSE = 2c₂²/ε², MeanSE = 2c_F²/ε², and the
+    leading constants error·ε²/log₂(n)³ (``leading_constant``). The one place these formulas are
+    written: explicit factorizations (``factorization_costs``) and implicit lifts (``lift``) both
+    call it.
+    """
+    row_max, frobenius, sensitivity = float(max_row_norm_squared), float(frobenius_squared), float(sensitivity)
+    c2 = math.sqrt(row_max) * sensitivity
+    cf = math.sqrt(frobenius / n) * sensitivity
+    max_se, mean_se = 2 * c2**2 / epsilon**2, 2 * cf**2 / epsilon**2
+    return FactorizationCosts(
+        n=n,
+        inner_size=inner_size,
+        epsilon=epsilon,
+        decoder_max_row_norm=math.sqrt(row_max),
+        encoder_max_column_sum=sensitivity,
+        decoder_frobenius_norm=math.sqrt(frobenius),
+        c2=c2,
+        cf=cf,
+        max_se=max_se,
+        mean_se=mean_se,
+        max_se_constant=leading_constant(max_se, n=n, epsilon=epsilon),
+        mean_se_constant=leading_constant(mean_se, n=n, epsilon=epsilon),
+    )
+
+
 def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> FactorizationCosts:
     """Every cost of T_n = L·R (L = ``decoder``, R = ``encoder``) in float64."""
     epsilon = check_positive(epsilon, name="epsilon")
@@ -95,24 +133,13 @@ def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> Factorizat
     if encoder.shape[0] != inner_size:
         raise InvalidInputError(f"decoder is {decoder.shape} but encoder is {encoder.shape}: inner sizes differ")
     norms = row_norms_squared(decoder)
-    sensitivity = max_column_abs_sum(encoder)
-    c2 = math.sqrt(norms.max()) * sensitivity
-    cf = math.sqrt(norms.sum() / n) * sensitivity
-    max_se, mean_se = 2 * c2**2 / epsilon**2, 2 * cf**2 / epsilon**2
-    constants = [leading_constant(e, n=n, epsilon=epsilon) if n >= 2 else math.nan for e in (max_se, mean_se)]
-    return FactorizationCosts(
+    return costs_from_norms(
         n=n,
         inner_size=inner_size,
         epsilon=epsilon,
-        decoder_max_row_norm=math.sqrt(norms.max()),
-        encoder_max_column_sum=sensitivity,
-        decoder_frobenius_norm=math.sqrt(norms.sum()),
-        c2=c2,
-        cf=cf,
-        max_se=max_se,
-        mean_se=mean_se,
-        max_se_constant=constants[0],
-        mean_se_constant=constants[1],
+        max_row_norm_squared=norms.max(),
+        frobenius_squared=norms.sum(),
+        sensitivity=max_column_abs_sum(encoder),
     )
 
 
@@ -147,10 +174,32 @@ def max_row_norm_squared_exact(matrix) -> Fraction:
     return max(row_norms_squared_exact(matrix))
 
 
+def column_abs_sums_exact(matrix) -> list[Fraction]:
+    """‖R_{:,j}‖₁ for every column j, exactly. Integer, Fraction or float64 entries (every
+    float64 is a dyadic rational and is converted exactly); dense or scipy.sparse.
+
+    Fast path: float64 entries on the grid 2^-GRID_BITS are summed as integers (``exact``)."""
+    if scipy.sparse.issparse(matrix):
+        matrix = matrix.toarray()
+    array = np.asarray(matrix)
+    if array.ndim != 2:
+        raise InvalidInputError(f"expected a matrix, got shape {array.shape}")
+    if array.dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):  # inf / NaN take the checked path below
+            scaled = np.ldexp(array.astype(np.float64), GRID_BITS)  # exact: scaling by a power of two
+        if np.all(np.abs(scaled) < 2.0**52) and np.array_equal(scaled, np.rint(scaled)):
+            sums = column_abs_sums(scaled.astype(np.int64))
+            return [Fraction(v, 1 << GRID_BITS) for v in sums]
+        if not np.all(np.isfinite(array)):
+            raise InvalidInputError("exact costs need finite entries, got NaN or infinity")
+        return [sum((Fraction(float(x)) for x in np.abs(column)), Fraction(0)) for column in array.T]
+    rows = _rational_rows(array)
+    return [sum((abs(row[j]) for row in rows), Fraction(0)) for j in range(array.shape[1])]
+
+
 def max_column_abs_sum_exact(matrix) -> Fraction:
-    """‖R‖₁→₁, exactly."""
-    rows = _rational_rows(matrix)
-    return max(sum((abs(row[j]) for row in rows), Fraction(0)) for j in range(len(rows[0])))
+    """‖R‖₁→₁, exactly (see ``column_abs_sums_exact`` for the accepted entries)."""
+    return max(column_abs_sums_exact(matrix))
 
 
 def frobenius_norm_squared_exact(matrix) -> Fraction:
@@ -172,8 +221,3 @@ def cf_squared_exact(*, decoder, encoder) -> Fraction:
 def max_se_exact(*, decoder, encoder, epsilon: Fraction | int = 1) -> Fraction:
     """MaxSE = 2·c₂²/ε², exactly (ε rational)."""
     return 2 * c2_squared_exact(decoder=decoder, encoder=encoder) / Fraction(epsilon) ** 2
-
-
-def mean_se_exact(*, decoder, encoder, epsilon: Fraction | int = 1) -> Fraction:
-    """MeanSE = 2·c_F²/ε², exactly (ε rational)."""
-    return 2 * cf_squared_exact(decoder=decoder, encoder=encoder) / Fraction(epsilon) ** 2

@@ -1,4 +1,4 @@
-"""Exact arithmetic for certificates (DESIGN.md "Exactness rules"; paper 001, section 2.1).
+"""Exact arithmetic for certificates (docs/certificates.md; Arkhipov & Kalinin, section 2.1).
 
 Floats may search, only integers and rationals prove. This module holds the exact primitives
 the certifier and the verifier (``certify.py``) are built from:
@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import cache, lru_cache
+from typing import TypeAlias
 
 import flint
 import gmpy2
@@ -46,8 +48,10 @@ import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
 
-Rational = Fraction | gmpy2.mpq | int
+Rational: TypeAlias = Fraction | gmpy2.mpq | int
 
+GRID_BITS = 32
+"""g: shipped encoders live on the dyadic grid 2^-g (the trainer rounds to it, certificates use it)."""
 LOG_BITS = 64
 _SERIES_TERMS = 48
 _SQUARING_BITS = 256
@@ -120,7 +124,9 @@ def integer_matrix(values: np.ndarray) -> flint.fmpz_mat:
     """An ``fmpz_mat`` from an integer array (int64 or object of Python ints), exactly."""
     array = np.asarray(values)
     rows, columns = array.shape
-    return flint.fmpz_mat(rows, columns, [int(v) for v in array.ravel().tolist()] if array.dtype == object else array.ravel().tolist())
+    return flint.fmpz_mat(
+        rows, columns, [int(v) for v in array.ravel().tolist()] if array.dtype == object else array.ravel().tolist()
+    )
 
 
 def rows_of(matrix: flint.fmpz_mat) -> list[list]:
@@ -139,8 +145,13 @@ def row_abs_sums(rows: list[list[int]]) -> list[int]:
 
 
 def column_abs_sums(rows) -> list[int]:
-    """Σ_i |N_ij| for every column j (rows: a list of rows or an integer array)."""
-    return [sum(abs(int(v)) for v in column) for column in zip(*rows)]
+    """Σ_i |N_ij| for every column j (rows: a list of rows or an integer array), exactly.
+
+    An int64 array whose sums cannot overflow (max |N|·rows < 2^62) is summed by numpy."""
+    if isinstance(rows, np.ndarray) and rows.dtype == np.int64 and rows.ndim == 2:
+        if int(np.abs(rows).max(initial=0)) * max(rows.shape[0], 1) < 2**62:
+            return [int(v) for v in np.abs(rows).sum(axis=0)]
+    return [sum(abs(int(v)) for v in column) for column in zip(*rows, strict=True)]
 
 
 # ------------------------------------------------------------------ square roots, logarithms
@@ -183,6 +194,31 @@ def log2_lower_bound(x: int) -> gmpy2.mpq:
     bound = e + ln_y_lower / ln_2_upper
     scale = gmpy2.mpz(2) ** LOG_BITS
     return gmpy2.mpq(floor(bound * scale) - 1, scale)
+
+
+@cache
+def ln2_bounds(terms: int = 80) -> tuple[Fraction, Fraction]:
+    """Rational (lower, upper) bounds on ln 2 = Σ_{k≥1} 1/(k·2^k); the tail after K terms is
+    below Σ_{k>K} 2^{-k}/(K+1) = 1/((K+1)·2^K)."""
+    lower = sum((Fraction(1, k * 2**k) for k in range(1, terms + 1)), Fraction(0))
+    return lower, lower + Fraction(1, (terms + 1) * 2**terms)
+
+
+@lru_cache(maxsize=256)
+def log2_bounds(m: int, *, bits: int = 16) -> tuple[Fraction, Fraction]:
+    """Rational (lower, upper) bounds on log₂ m with width ≤ 2^-bits (equal when m is a power of 2).
+
+    With D = 2^bits and x = m^D: 2^(ℓ−1) ≤ x < 2^ℓ for ℓ = bit length of x, so
+    (ℓ−1)/D ≤ log₂ m ≤ ℓ/D, with equality on the left exactly when x is a power of two."""
+    if int(m) < 1:
+        raise InvalidInputError(f"log2 bounds need an integer m >= 1, got {m}")
+    m = int(m)
+    scale = 1 << bits
+    power = gmpy2.mpz(m) ** scale
+    length = int(power.bit_length())
+    lower = Fraction(length - 1, scale)
+    exact = power == gmpy2.mpz(1) << (length - 1)
+    return lower, (lower if exact else Fraction(length, scale))
 
 
 def log2_lower_bound_holds(bound: Rational, x: int) -> bool:

@@ -1,4 +1,4 @@
-"""The ``Factorization`` type and its file format (DESIGN.md "Files").
+"""The ``Factorization`` type and its file format (docs/architecture.md "Files").
 
 A factorization of the workload T_n is a pair (L, R) = (decoder, encoder) with L·R = T_n,
 L of shape n×s and R of shape s×n, plus a metadata record. Every stage of the pipeline
@@ -118,7 +118,7 @@ class Factorization:
             raise InvalidInputError(f"unknown metric {metric!r}; expected one of {METRICS}")
 
     @classmethod
-    def from_encoder(cls, encoder: Any, *, metadata: dict | None = None) -> "Factorization":
+    def from_encoder(cls, encoder: Any, *, metadata: dict | None = None) -> Factorization:
         """The factorization (T_n·R⁻¹, R) of a square invertible encoder R."""
         encoder = _as_matrix(encoder, name="encoder")
         return cls(decoder=decoder_from_encoder(encoder), encoder=encoder, metadata=dict(metadata or {}))
@@ -137,8 +137,10 @@ class Factorization:
 
     def dense(self) -> tuple[np.ndarray, np.ndarray]:
         """(L, R) as dense float64 arrays."""
+
         def densify(matrix):
             return matrix.toarray() if scipy.sparse.issparse(matrix) else np.asarray(matrix, dtype=np.float64)
+
         return densify(self.decoder), densify(self.encoder)
 
     def residual(self) -> float:
@@ -190,15 +192,14 @@ class Factorization:
             },
         )
         buffer = io.BytesIO()
-        np.savez_compressed(
-            buffer, **arrays, metadata=np.frombuffer(json.dumps(metadata, sort_keys=True).encode(), dtype=np.uint8)
-        )
+        arrays["metadata"] = np.frombuffer(json.dumps(metadata, sort_keys=True).encode(), dtype=np.uint8)
+        np.savez_compressed(buffer, allow_pickle=False, **arrays)
         atomic_write_bytes(path, buffer.getvalue())
         self.metadata = metadata
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Factorization":
+    def load(cls, path: str | os.PathLike) -> Factorization:
         """Read and check a factorization file; every mismatch is a ``FactorizationFileError``."""
         path = Path(path)
         if not path.exists():
@@ -233,7 +234,9 @@ class Factorization:
                     f"{path}: array {name!r} has shape {list(array.shape)}, metadata says {record.get('shape') if isinstance(record, dict) else record}"
                 )
             if str(array.dtype) != record.get("dtype"):
-                raise FactorizationFileError(f"{path}: array {name!r} has dtype {array.dtype}, metadata says {record.get('dtype')}")
+                raise FactorizationFileError(
+                    f"{path}: array {name!r} has dtype {array.dtype}, metadata says {record.get('dtype')}"
+                )
             if array_sha256(array) != record.get("sha256"):
                 raise FactorizationFileError(f"{path}: array {name!r} does not match its recorded sha256")
         for name in contents:

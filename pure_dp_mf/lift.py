@@ -1,6 +1,6 @@
-"""The diamond-alpha lifting: factorizations of T_n for any n from one base (paper 001, section 2).
+"""The diamond-alpha lifting: factorizations of T_n for any n from one base (Arkhipov & Kalinin, section 2).
 
-Paper 001, Lemma 2.3 / Construction 2.4: from A·B = T_n (A: n×r) and C·D = T_k (C: k×s) and any
+Arkhipov & Kalinin, Lemma 2.3 / Construction 2.4: from A·B = T_n (A: n×r) and C·D = T_k (C: k×s) and any
 α > 0, ``diamond`` builds (L, R) = (A, B) ◇α (C, D) with L·R = T_N, N = 2kn + n + k, inner size
 M = (2k+1)·r + s, and (Theorem 2.1's proof)
 
@@ -9,7 +9,7 @@ M = (2k+1)·r + s, and (Theorem 2.1's proof)
 
 Repeating with a fixed base (A, B) = (L_1, R_1) of T_k, (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} (A, B),
 gives sizes N_i = ((2k+1)^i − 1)/2 (N_{i+1} = (2k+1)N_i + k) and inner sizes
-M_i = r·((2k+1)^i − 1)/(2k) (M_{i+1} = (2k+1)M_i + r). Paper 001's section 3 states
+M_i = r·((2k+1)^i − 1)/(2k) (M_{i+1} = (2k+1)M_i + r). Arkhipov & Kalinin's section 3 states
 M_p = (r + (k+r)/(2k))(2k+1)^{p−1} − (k+r)/(2k), i.e. M_{i+1} = (2k+1)M_i + r + k: that count
 belongs to a variant with one extra all-zero inner column per group; this module uses
 Construction 2.4 as defined in section 2 (no zero columns), which changes no cost.
@@ -27,38 +27,37 @@ and the exact plan of the same base use the same α and the same matrices.
 
 from __future__ import annotations
 
-import functools
-import io
 import math
 import numbers
+import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import scipy.sparse
 
-from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.costs import (
     FactorizationCosts,
+    column_abs_sums_exact,
+    costs_from_norms,
     frobenius_norm_squared_exact,
     max_column_abs_sum_exact,
     row_norms_squared,
 )
 from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
-from pure_dp_mf.factorization import DEFAULT_TOLERANCE, METRICS, Factorization
+from pure_dp_mf.factorization import DEFAULT_TOLERANCE, METRICS, Factorization, file_sha256
 from pure_dp_mf.validation import check_positive, check_size
 
 #: An exact factorization: (decoder, encoder) as numpy object arrays of ``int`` / ``Fraction``.
-ExactPair = tuple[np.ndarray, np.ndarray]
-Operand = Union[Factorization, ExactPair]
-Number = Union[float, Fraction]
+ExactPair: TypeAlias = tuple[np.ndarray, np.ndarray]
+Operand: TypeAlias = Factorization | ExactPair
+Number: TypeAlias = Any  # float or Fraction: the plan's arithmetic runs on either (see ``_Profile``)
 
 ALPHA_BITS = 32  # significant bits of every α chosen by lift_plan
 ALPHA_RULES = ("paper", "truncated")  # see LiftedFamily.plan
 MAX_EXPLICIT_ENTRIES = 50_000_000  # explicit_lift refuses larger dense matrices
-SHIPPED_DIRECTORY = Path(__file__).resolve().parent.parent / "base_factorizations"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,11 +84,6 @@ def _exact_matrix(matrix, *, name: str) -> np.ndarray:
     for index, value in np.ndenumerate(array):
         out[index] = _exact_entry(value, name=name)
     return out
-
-
-def is_exact(operand: Operand) -> bool:
-    """True for an exact (decoder, encoder) pair, False for a ``Factorization`` (float64)."""
-    return not isinstance(operand, Factorization)
 
 
 def _matrices(operand: Operand, *, name: str) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -125,7 +119,7 @@ def check_factorizes(operand: Operand, *, name: str = "base", tolerance: float =
     ``tolerance`` in max-entry norm); return n."""
     decoder, encoder, exact = _matrices(operand, name=name)
     n = decoder.shape[0]
-    if not exact:
+    if isinstance(operand, Factorization):
         operand.validate(tolerance=tolerance)
         return n
     difference = decoder.dot(encoder) - np.tri(n, dtype=np.int64).astype(object)
@@ -157,10 +151,8 @@ def _as_alpha(alpha, *, exact: bool) -> Number:
 # The diamond operation (Construction 2.4).
 
 
-def diamond(
-    *, first: Operand, second: Operand, alpha, check: bool = True, tolerance: float = DEFAULT_TOLERANCE
-) -> Operand:
-    """(A, B) ◇α (C, D): a factorization of T_N, N = 2kn + n + k (paper 001, Construction 2.4).
+def diamond(*, first: Operand, second: Operand, alpha, check: bool = True, tolerance: float = DEFAULT_TOLERANCE) -> Operand:
+    """(A, B) ◇α (C, D): a factorization of T_N, N = 2kn + n + k (Arkhipov & Kalinin, Construction 2.4).
 
     ``first`` = (A, B) factors T_n (A: n×r), ``second`` = (C, D) factors T_k (C: k×s), α > 0.
     Two ``Factorization`` operands give a float64 dense ``Factorization``; two exact pairs (object
@@ -201,7 +193,8 @@ def diamond(
     a = _as_alpha(alpha, exact=exact)
     if exact:
         return _diamond_matrices(A, B, C, D, a, kind="exact")
-    L, R = _diamond_matrices(*(np.asarray(m, dtype=np.float64) for m in (A, B, C, D)), a, kind="dense")
+    A, B, C, D = (np.asarray(m, dtype=np.float64) for m in (A, B, C, D))
+    L, R = _diamond_matrices(A, B, C, D, a, kind="dense")
     made_by = {"operation": "diamond", "alpha": float(a), "first_n": A.shape[0], "second_n": C.shape[0]}
     return Factorization(decoder=L, encoder=R, metadata={"made_by": made_by})
 
@@ -241,9 +234,7 @@ def _assemble(shape, blocks, *, kind: str):
             rows.append(block.row + row)
             columns.append(block.col + column)
             values.append(block.data)
-        return scipy.sparse.csr_matrix(
-            (np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=shape
-        )
+        return scipy.sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=shape)
     out = np.zeros(shape, dtype=object if kind == "exact" else np.float64)
     for row, column, block in blocks:
         block = block.toarray() if scipy.sparse.issparse(block) else block
@@ -276,11 +267,11 @@ def level_norms(operand: Operand) -> LevelNorms:
             frobenius_squared=frobenius_norm_squared_exact(decoder),
             sensitivity=max_column_abs_sum_exact(encoder),
         )
-    rows = row_norms_squared(decoder)
+    norms = row_norms_squared(decoder)
     return LevelNorms(
         size=decoder.shape[0],
-        max_row_norm_squared=float(rows.max()),
-        frobenius_squared=float(rows.sum()),
+        max_row_norm_squared=float(norms.max()),
+        frobenius_squared=float(norms.sum()),
         sensitivity=float(np.abs(encoder).sum(axis=0).max()),
     )
 
@@ -304,7 +295,9 @@ def _check_metric(metric: str) -> str:
     return metric
 
 
-def optimal_alpha(*, first_costs: LevelNorms | FactorizationCosts, second_costs: LevelNorms | FactorizationCosts, metric: str) -> float:
+def optimal_alpha(
+    *, first_costs: LevelNorms | FactorizationCosts, second_costs: LevelNorms | FactorizationCosts, metric: str
+) -> float:
     """The α > 0 minimising the c₂ (``maxse``) or c_F (``meanse``) cost of first ◇α second.
 
     With the identities of Theorem 2.1, both costs squared are, up to the constant factor 1/N for
@@ -389,6 +382,9 @@ class _Profile:
         self.scales: list[Number] = []  # coarse weight scale of level i+1 (α² for rows, 1/α for columns)
         self.zero = zero
         # segment kinds of level i+1: 'F' = level i, 'R' = level i reversed, 'Z' = one zero entry
+        self.head: tuple[str, ...]
+        self.group: tuple[str, ...]
+        self.tail: tuple[str, ...]
         self.head, self.group, self.tail = (("F",), ("R", "Z", "F"), ()) if rows else ((), ("F", "Z", "R"), ("F",))
 
     def next_totals(self, level: int, scale: Number) -> tuple[Number, Number]:
@@ -406,15 +402,40 @@ class _Profile:
 
     # A query returns (sum, max) over a range, max None for an empty range. ``scale`` replaces the
     # coarse scale of the queried level only (the levels below keep theirs).
-    def prefix(self, level: int, m: int, scale: Number | None = None) -> tuple[Number, Number | None]:
+    def prefix(self, level: int, m: int, scale: Number | None = None) -> tuple[Number, Number]:
         if level == 1:
             return self.prefix_sum[m], self.prefix_max[m]
         return self._walk(level, m, from_end=False, scale=scale)
 
-    def suffix(self, level: int, m: int) -> tuple[Number, Number | None]:
+    def suffix(self, level: int, m: int) -> tuple[Number, Number]:
         if level == 1:
             return self.suffix_sum[m], self.suffix_max[m]
         return self._walk(level, m, from_end=True)
+
+    def sequence(self, level: int, m: int) -> np.ndarray:
+        """The first m entries of the level's sequence (ρ or γ), float64, built by the same
+        segment layout as the queries (head, then per group g the group segments + w_g, tail):
+        O(m + N_{level−1}) work, the top level cut after m entries."""
+        if not 1 <= level <= len(self.sizes) or not 0 <= m <= self.sizes[level - 1]:
+            raise InvalidInputError(
+                f"{m} entries at level {level} exceed the lift (size {self.sizes[min(level, len(self.sizes)) - 1]})"
+            )
+        current = np.array([float(v) for v in self.values])
+        for i in range(1, level):
+            top = i == level - 1
+            pieces = {"F": current, "R": current[::-1], "Z": np.zeros(1)}
+            scale = float(self.scales[i - 1])
+            parts = [pieces[kind] for kind in self.head]
+            length = sum(len(part) for part in parts)
+            for g in range(self.k):
+                if top and length >= m:
+                    break
+                parts += [pieces[kind] + scale * float(self.values[g]) for kind in self.group]
+                length += 2 * len(current) + 1
+            if not (top and length >= m):
+                parts += [pieces[kind] for kind in self.tail]
+            current = np.concatenate(parts)
+        return current[:m]
 
     def _walk(self, level: int, m: int, *, from_end: bool, scale: Number | None = None):
         i = level - 1  # the level the segments copy
@@ -463,6 +484,24 @@ class _Profile:
 # The plan: levels, alphas and costs of the truncated p-fold lift.
 
 
+def lift_factor(base_size: int) -> float:
+    """(log₂k / log₂(2k+1))³: Theorem 2.5's factor from a base's constant 2C² = 2c²/log₂(k)³ to
+    its lifted constant 2c²/log₂(2k+1)³ (float; certificates prove it with rational logarithms)."""
+    k = check_size(base_size, name="base_size", minimum=2)
+    return (math.log2(k) / math.log2(2 * k + 1)) ** 3
+
+
+def lifted_constant(*, c_squared: Number, base_size: int) -> float:
+    """Theorem 2.5: the leading constant 2c²/log₂(2k+1)³ of the lifts of a base of T_k with cost c
+    (c₂ for MaxSE, c_F for MeanSE). ``c_squared`` may be a Fraction (converted once, at the end)."""
+    k = check_size(base_size, name="base_size", minimum=1)
+    try:
+        value = float(2 * c_squared)
+    except OverflowError:
+        raise InvalidInputError("the base's cost c² is too large for float64; it cannot be a useful factorization") from None
+    return value / math.log2(2 * k + 1) ** 3
+
+
 def lifted_size(*, base_size: int, levels: int) -> int:
     """N_p = ((2k+1)^p − 1)/2, the size of the p-fold lift of a base of T_k."""
     k = check_size(base_size, name="base_size")
@@ -478,28 +517,6 @@ def levels_for(*, n: int, base_size: int) -> int:
     while size < n:
         p, size = p + 1, (2 * k + 1) * size + k
     return p
-
-
-def _costs(*, n: int, inner_size: int, epsilon: float, row_max: Number, frobenius: Number, sensitivity: Number) -> FactorizationCosts:
-    row_max, frobenius, sensitivity = float(row_max), float(frobenius), float(sensitivity)
-    c2 = math.sqrt(row_max) * sensitivity
-    cf = math.sqrt(frobenius / n) * sensitivity
-    max_se, mean_se = 2 * c2**2 / epsilon**2, 2 * cf**2 / epsilon**2
-    scale = epsilon**2 / math.log2(n) ** 3 if n >= 2 else math.nan
-    return FactorizationCosts(
-        n=n,
-        inner_size=inner_size,
-        epsilon=epsilon,
-        decoder_max_row_norm=math.sqrt(row_max),
-        encoder_max_column_sum=sensitivity,
-        decoder_frobenius_norm=math.sqrt(frobenius),
-        c2=c2,
-        cf=cf,
-        max_se=max_se,
-        mean_se=mean_se,
-        max_se_constant=max_se * scale,
-        mean_se_constant=mean_se * scale,
-    )
 
 
 @dataclass(frozen=True)
@@ -584,7 +601,8 @@ class LiftedFamily:
         self.base_inner_size = decoder.shape[1]
         # the columns are also tracked exactly for a float base (its entries are dyadic rationals):
         # the sensitivity sets the privacy of the noise, so it is reported exactly in every plan
-        exact_columns = [sum((abs(Fraction(x)) for x in column.tolist()), Fraction(0)) for column in encoder.T]
+        exact_columns = column_abs_sums_exact(encoder)
+        row_values: list[Number]
         if self.exact:
             row_values = [sum((Fraction(x) ** 2 for x in row), Fraction(0)) for row in decoder]
         else:
@@ -606,7 +624,9 @@ class LiftedFamily:
 
     def _extend(self, levels: int) -> None:
         while len(self.rows.sizes) < levels:
-            alpha = dyadic(optimal_alpha(first_costs=self._norms(len(self.rows.sizes)), second_costs=self.base_norms, metric=self.metric))
+            alpha = dyadic(
+                optimal_alpha(first_costs=self._norms(len(self.rows.sizes)), second_costs=self.base_norms, metric=self.metric)
+            )
             self.alphas_exact.append(alpha)
             row_scale, column_scale = self._scaled(alpha)
             self.rows.add_level(row_scale)
@@ -620,11 +640,14 @@ class LiftedFamily:
         norms = self.base_norms
         # Exact product first: the factors may over/underflow in floats while c² does not.
         L2 = Fraction(norms.max_row_norm_squared) if self.metric == "maxse" else Fraction(norms.frobenius_squared) / self.k
-        try:
-            c_squared = float(L2 * Fraction(norms.sensitivity) ** 2)
-        except OverflowError:
-            raise InvalidInputError("the base's cost c² is too large for float64; it cannot be a useful factorization") from None
-        return 2 * c_squared / math.log2(2 * self.k + 1) ** 3
+        return lifted_constant(c_squared=L2 * Fraction(norms.sensitivity) ** 2, base_size=self.k)
+
+    def row_norms_squared(self, *, n: int) -> np.ndarray:
+        """‖(L_p)_t‖² for t = 0 … n−1 of the plan's lift for n (α's of the "paper" rule), float64:
+        the per-step noise variance of the counter is 2b²·‖(L_p)_t‖² (``_Profile`` recursion)."""
+        p = levels_for(n=check_size(n, name="n"), base_size=self.k)
+        self._extend(p)
+        return self.rows.sequence(p, n)
 
     def _scaled(self, alpha: Fraction) -> tuple[Number, Number]:
         value = alpha if self.exact else float(alpha)
@@ -678,7 +701,7 @@ class LiftedFamily:
         """The plan of the truncation to n of the least lift with N_p ≥ n.
 
         ``alpha_rule``: "paper" (every α_i the level-by-level optimum of ``optimal_alpha``, as in
-        paper 001 section 3) or "truncated" (the same α_1 … α_{p−2}, and α_{p−1} minimising the
+        Arkhipov & Kalinin section 3) or "truncated" (the same α_1 … α_{p−2}, and α_{p−1} minimising the
         plan metric's cost of the truncation to n: see ``_tuned_top_alpha``; never worse).
         """
         n = check_size(n, name="n")
@@ -724,8 +747,22 @@ class LiftedFamily:
             truncated_max_row_norm_squared=float(row_max),
             truncated_frobenius_squared=float(row_sum),
             sensitivity=float(sensitivity),
-            costs=_costs(n=n, inner_size=M_p, epsilon=epsilon, row_max=row_max, frobenius=row_sum, sensitivity=sensitivity),
-            untruncated_costs=_costs(n=N_p, inner_size=M_p, epsilon=epsilon, row_max=top[1], frobenius=top[0], sensitivity=top[2]),
+            costs=costs_from_norms(
+                n=n,
+                inner_size=M_p,
+                epsilon=epsilon,
+                max_row_norm_squared=row_max,
+                frobenius_squared=row_sum,
+                sensitivity=sensitivity,
+            ),
+            untruncated_costs=costs_from_norms(
+                n=N_p,
+                inner_size=M_p,
+                epsilon=epsilon,
+                max_row_norm_squared=top[1],
+                frobenius_squared=top[0],
+                sensitivity=top[2],
+            ),
             asymptotic_constant=self.asymptotic_constant(),
             truncated_max_row_norm_squared_exact=row_max if self.exact else None,
             truncated_frobenius_squared_exact=row_sum if self.exact else None,
@@ -737,10 +774,23 @@ class LiftedFamily:
 def lift_plan(
     *, base: Operand, n: int, metric: str, epsilon: float = 1.0, alpha_rule: str = "paper", tolerance: float = DEFAULT_TOLERANCE
 ) -> LiftPlan:
-    """The ``LiftPlan`` of ``base`` (a Factorization of T_k, or an exact pair) truncated to n.
+    """The ``LiftPlan`` of ``base`` truncated to n: levels, α's, costs, exact sensitivity.
 
-    Raises ``NotAFactorizationError`` when the base does not factor T_k (beyond ``tolerance`` for
-    floats, exactly for an exact pair) and ``InvalidInputError`` for n < 1, ε ≤ 0 or a bad metric.
+    Args:
+        base: a Factorization of T_k (float64) or an exact (decoder, encoder) pair.
+        n: the stream length; the plan uses the least p with N_p ≥ n and truncates to n.
+        metric: "maxse" or "meanse", the cost the α's minimise.
+        epsilon: ε of the reported MaxSE / MeanSE.
+        alpha_rule: "paper" (level-by-level optimal α) or "truncated" (last α tuned to n).
+        tolerance: max-entry residual allowed for a float base.
+
+    Returns:
+        The ``LiftPlan``; its ``sensitivity_exact`` is ‖R_p[:, :n]‖₁→₁ as a Fraction.
+
+    Raises:
+        NotAFactorizationError: the base does not factor T_k (beyond ``tolerance`` for floats,
+            exactly for an exact pair).
+        InvalidInputError: n < 1, ε ≤ 0 or an unknown metric or rule.
     """
     n = check_size(n, name="n")
     return LiftedFamily(base=base, metric=metric, tolerance=tolerance).plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule)
@@ -756,7 +806,9 @@ def asymptotic_constant(*, base: Operand, metric: str) -> float:
 # Explicit matrices (tests, small n).
 
 
-def explicit_lift(*, base: Operand, levels: int, alphas: Sequence, n: int | None = None, tolerance: float = DEFAULT_TOLERANCE) -> Operand:
+def explicit_lift(
+    *, base: Operand, levels: int, alphas: Sequence, n: int | None = None, tolerance: float = DEFAULT_TOLERANCE
+) -> Operand:
     """The explicit p-fold lift (L_p, R_p), truncated to L_p[:n], R_p[:, :n] when n is given.
 
     ``alphas`` = [α_1, …, α_{p−1}] (ints/Fractions for an exact base, e.g. ``plan.alphas_exact``).
@@ -797,162 +849,33 @@ def explicit_lift(*, base: Operand, levels: int, alphas: Sequence, n: int | None
     return Factorization(decoder=L, encoder=R, metadata=metadata)
 
 
+def lifted_factorization(*, base: Factorization, plan: LiftPlan, base_file: str | os.PathLike | None = None) -> Factorization:
+    """The explicit lift of ``plan`` (L_p[:n], R_p[:, :n]) with its metadata: the metric, the
+    base file and its sha256 (when given), levels, α's and the untruncated size."""
+    lifted = explicit_lift(base=base, levels=plan.levels, alphas=plan.alphas_exact, n=plan.n)
+    if not isinstance(lifted, Factorization):
+        raise InvalidInputError("lifted_factorization needs a float base (a Factorization)")
+    lifted.metadata = {
+        "metric": plan.metric,
+        "made_by": {
+            "operation": "lift",
+            "base": None if base_file is None else str(base_file),
+            "base_sha256": None if base_file is None else file_sha256(base_file),
+            "levels": plan.levels,
+            "alphas": list(plan.alphas),
+            "alpha_rule": plan.alpha_rule,
+            "n": plan.n,
+            "truncated_from": plan.lifted_size,
+        },
+    }
+    return lifted
+
+
 # ---------------------------------------------------------------------------------------------
-# Comparison rows and the constant-against-n curve.
-
-
-def shipped_bases(directory: str | Path | None = None) -> list[Factorization]:
-    """The shipped base factorizations ``base_factorizations/k{K:03d}_{metric}.npz``, loaded and checked."""
-    folder = Path(directory) if directory is not None else SHIPPED_DIRECTORY
-    return [Factorization.load(path) for path in sorted(folder.glob("k*_*.npz"))]
-
-
-@dataclass(frozen=True)
-class LiftedRow:
-    """One row of the comparison table: the lifted mechanism of the best base for one metric."""
-
-    mechanism: str
-    metric: str
-    base_size: int
-    levels: int
-    n: int
-    epsilon: float
-    max_se: float
-    mean_se: float
-    max_se_constant: float
-    mean_se_constant: float
-    asymptotic_constant: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def best_lifted_rows(
-    *, n: int, epsilon: float = 1.0, bases: Iterable[Operand], alpha_rule: str = "paper"
-) -> list[LiftedRow]:
-    """For each metric, the lift (α chosen for that metric) of the base with the smallest error at n.
-
-    A base whose metadata names a metric competes only for that metric; one without competes for
-    both. Returns one ``LiftedRow`` per metric that has a candidate (``maxse`` first).
-    """
-    return _best_rows(n=n, epsilon=epsilon, families=_families(bases), alpha_rule=alpha_rule)
-
-
-def _families(bases: Iterable[Operand]) -> list[LiftedFamily]:
-    """One ``LiftedFamily`` per (base, metric it competes for)."""
-    families = []
-    for base in bases:
-        declared = base.metric if isinstance(base, Factorization) else None
-        families += [LiftedFamily(base=base, metric=metric) for metric in METRICS if declared in (None, metric)]
-    return families
-
-
-def _best_rows(*, n: int, epsilon: float, families: Sequence[LiftedFamily], alpha_rule: str) -> list[LiftedRow]:
-    n = check_size(n, name="n")
-    rows = []
-    for metric in METRICS:
-        plans = [family.plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule) for family in families if family.metric == metric]
-        if not plans:
-            continue
-        plan = min(plans, key=lambda plan: plan.costs.max_se if metric == "maxse" else plan.costs.mean_se)
-        rows.append(
-            LiftedRow(
-                mechanism="lifted",
-                metric=metric,
-                base_size=plan.base_size,
-                levels=plan.levels,
-                n=n,
-                epsilon=plan.epsilon,
-                max_se=plan.costs.max_se,
-                mean_se=plan.costs.mean_se,
-                max_se_constant=plan.costs.max_se_constant,
-                mean_se_constant=plan.costs.mean_se_constant,
-                asymptotic_constant=plan.asymptotic_constant,
-            )
-        )
-    return rows
-
-
-@functools.lru_cache(maxsize=4)
-def _shipped_families(directory: str, stamp: tuple) -> tuple[LiftedFamily, ...]:
-    """Families of the shipped bases, cached while the files (names, mtimes, sizes) are unchanged."""
-    return tuple(_families(shipped_bases(directory)))
-
-
-def lifted_comparison_rows(*, n: int, epsilon: float = 1.0, directory: str | Path | None = None, alpha_rule: str = "paper"):
-    """Row provider for ``compare.comparison_rows``: the best shipped base's lift per metric.
-
-    Returns ``compare.ComparisonRow`` objects with mechanism "lifted", ``arity`` = the base size
-    k, ``best_for`` = the metric whose α and base were chosen, and the base file in ``source``.
-    """
-    from pure_dp_mf.compare import ComparisonRow
-
-    folder = Path(directory) if directory is not None else SHIPPED_DIRECTORY
-    files = sorted(folder.glob("k*_*.npz"))
-    families = _shipped_families(str(folder), tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files))
-    return [
-        ComparisonRow.from_errors(
-            mechanism="lifted",
-            arity=row.base_size,
-            best_for=(row.metric,),
-            n=row.n,
-            epsilon=row.epsilon,
-            max_se=row.max_se,
-            mean_se=row.mean_se,
-            source=f"lift of base_factorizations/k{row.base_size:03d}_{row.metric}.npz, {row.levels} levels",
-        )
-        for row in _best_rows(n=n, epsilon=epsilon, families=families, alpha_rule=alpha_rule)
-    ]
+# The leading constant against n.
 
 
 def constant_curve(*, base: Operand, metric: str, sizes: Sequence[int]) -> np.ndarray:
     """The lifted leading constant of ``metric`` at every n in ``sizes`` (n ≥ 2), float64."""
     family = LiftedFamily(base=base, metric=metric)
     return np.array([family.plan(n=check_size(n, name="n", minimum=2)).leading_constant for n in sizes])
-
-
-def plot_constant_curve(
-    *,
-    bases: Sequence[Operand],
-    metric: str,
-    path: str | Path,
-    max_n: int = 2**60,
-    points: int = 200,
-    alpha_rule: str = "paper",
-    baselines: dict[str, tuple[Sequence[int], Sequence[float]]] | None = None,
-) -> Path:
-    """PNG of the lifted leading constant against n (log scale, n = 16 … max_n) for each base,
-    each base's Theorem 2.5 asymptote dashed, and optional baseline curves (label → (ns, values),
-    e.g. the tree mechanisms from ``compare.leading_constant_series``). Written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metric = _check_metric(metric)
-    max_n = check_size(max_n, name="max_n", minimum=32)
-    path = Path(path)
-    if not path.parent.exists():
-        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
-    sizes = sorted({int(x) for x in np.logspace(4, math.log2(max_n), points, base=2.0)})
-    figure, axes = plt.subplots(figsize=(8, 5))
-    for base in bases:
-        family = LiftedFamily(base=base, metric=metric)
-        values = [family.plan(n=n, alpha_rule=alpha_rule).leading_constant for n in sizes]
-        line = axes.plot(sizes, values, label=f"lifted, k = {family.k}")[0]
-        axes.axhline(family.asymptotic_constant(), color=line.get_color(), linestyle="--", linewidth=0.8)
-    for label, (ns, values) in (baselines or {}).items():
-        axes.plot(ns, values, marker=".", linestyle=":", label=label)
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.grid(True, which="both", alpha=0.3)
-    axes.set_xlabel("n")
-    axes.set_ylabel(("MaxSE" if metric == "maxse" else "MeanSE") + " · ε² / log₂(n)³")
-    axes.set_title(f"Leading constant against n ({metric}); dashed: Theorem 2.5 asymptote of each base")
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path

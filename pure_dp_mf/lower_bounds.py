@@ -1,6 +1,6 @@
-"""The 0/1 lower-bound checker (paper 001, section 4).
+"""The 0/1 lower-bound checker (Arkhipov & Kalinin, section 4).
 
-Theorem (paper 001, §4). If T_n = L·R with every entry of L and R in {0, 1}, then
+Theorem (Arkhipov & Kalinin, §4). If T_n = L·R with every entry of L and R in {0, 1}, then
 
 * c₂ = ‖L‖₂→∞·‖R‖₁→₁ ≥ 0.290·log₂^{3/2}(n−1), and
 * c_F = ‖L‖_F·‖R‖₁→₁/√n ≥ (ln 2/6)^{3/2}·√(1−1/n)·log₂^{3/2}(n−1).
@@ -60,16 +60,18 @@ m^(2^d) (exact integers, refined d = 12, 16, 20 until the comparison is decided)
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
-from typing import Any, Iterator
+from functools import cache
+from typing import Any, cast
 
-import gmpy2
 import numpy as np
 import scipy.sparse
 
+from pure_dp_mf import trees
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.exact import ln2_bounds, log2_bounds
 from pure_dp_mf.validation import check_size
 
 C2_CONSTANT = Fraction(29, 100)
@@ -86,29 +88,6 @@ STATUS_UNDECIDED = "undecided"
 
 
 # ----------------------------------------------------------------------------- exact constants
-
-
-@lru_cache(maxsize=None)
-def ln2_bounds(terms: int = 80) -> tuple[Fraction, Fraction]:
-    """Rational (lower, upper) bounds on ln 2 = Σ_{k≥1} 1/(k·2^k); the tail after K terms is
-    below Σ_{k>K} 2^{-k}/(K+1) = 1/((K+1)·2^K)."""
-    lower = sum((Fraction(1, k * 2**k) for k in range(1, terms + 1)), Fraction(0))
-    return lower, lower + Fraction(1, (terms + 1) * 2**terms)
-
-
-@lru_cache(maxsize=256)
-def log2_bounds(m: int, *, bits: int = 16) -> tuple[Fraction, Fraction]:
-    """Rational (lower, upper) bounds on log₂ m with width ≤ 2^-bits (equal when m is a power of 2).
-
-    With D = 2^bits and x = m^D: 2^(ℓ−1) ≤ x < 2^ℓ for ℓ = bit length of x, so
-    (ℓ−1)/D ≤ log₂ m ≤ ℓ/D, with equality on the left exactly when x is a power of two."""
-    m = check_size(m, name="m", minimum=1)
-    scale = 1 << bits
-    power = gmpy2.mpz(m) ** scale
-    length = int(power.bit_length())
-    lower = Fraction(length - 1, scale)
-    exact = power == gmpy2.mpz(1) << (length - 1)
-    return lower, (lower if exact else Fraction(length, scale))
 
 
 def _compare(value: Fraction, bracket) -> str:
@@ -136,18 +115,22 @@ def cf_bound(n: int) -> float:
 
 def _c2_bound_squared_bracket(n: int):
     """bits ↦ rational bracket of 0.290²·log₂³(n−1)."""
+
     def bracket(bits: int) -> tuple[Fraction, Fraction]:
         lower, upper = log2_bounds(n - 1, bits=bits)
         return C2_CONSTANT**2 * lower**3, C2_CONSTANT**2 * upper**3
+
     return bracket
 
 
 def _ln_cubed_over_216_bracket(m: int, factor: Fraction = Fraction(1)):
     """bits ↦ rational bracket of factor·(ln m / 6)³ = factor·(ln 2·log₂ m)³/216."""
     low2, high2 = ln2_bounds()
+
     def bracket(bits: int) -> tuple[Fraction, Fraction]:
         lower, upper = log2_bounds(m, bits=bits)
         return factor * (low2 * lower) ** 3 / 216, factor * (high2 * upper) ** 3 / 216
+
     return bracket
 
 
@@ -195,9 +178,7 @@ def _check_shapes(decoder: Any, encoder: Any) -> tuple[int, int]:
             raise InvalidInputError(f"{name} is empty (shape {tuple(shape)})")
     (n, inner), (inner_encoder, columns) = decoder.shape, encoder.shape
     if inner != inner_encoder:
-        raise InvalidInputError(
-            f"decoder is {n}×{inner} but encoder is {inner_encoder}×{columns}: inner sizes differ"
-        )
+        raise InvalidInputError(f"decoder is {n}×{inner} but encoder is {inner_encoder}×{columns}: inner sizes differ")
     if columns != n:
         raise InvalidInputError(f"L·R is {n}×{columns}, not square: it cannot equal T_n")
     if n < 2:
@@ -207,7 +188,9 @@ def _check_shapes(decoder: Any, encoder: Any) -> tuple[int, int]:
 
 def _difference(n: int) -> scipy.sparse.csr_matrix:
     """D = T_n⁻¹: ones on the diagonal, −1 on the subdiagonal, so (R·D)_{:,j} = R_{:,j} − R_{:,j+1}."""
-    return scipy.sparse.diags([np.ones(n, dtype=np.int64), -np.ones(n - 1, dtype=np.int64)], [0, -1], format="csr", dtype=np.int64)
+    return scipy.sparse.diags(
+        [np.ones(n, dtype=np.int64), -np.ones(n - 1, dtype=np.int64)], [0, -1], format="csr", dtype=np.int64
+    )
 
 
 def first_product_mismatch(L: scipy.sparse.csr_matrix, R: scipy.sparse.csr_matrix) -> tuple[int, int, int] | None:
@@ -325,11 +308,15 @@ class LowerBoundReport:
 
     @property
     def c2_ratio(self) -> float | None:
-        return None if self.c2 is None else (math.inf if self.c2_bound == 0 else self.c2 / self.c2_bound)
+        if self.c2 is None or self.c2_bound is None:
+            return None
+        return math.inf if self.c2_bound == 0 else self.c2 / self.c2_bound
 
     @property
     def cf_ratio(self) -> float | None:
-        return None if self.cf is None else (math.inf if self.cf_bound == 0 else self.cf / self.cf_bound)
+        if self.cf is None or self.cf_bound is None:
+            return None
+        return math.inf if self.cf_bound == 0 else self.cf / self.cf_bound
 
     def first_failure(self) -> Condition | None:
         return next((c for c in self.conditions if c.status != "holds"), None)
@@ -361,7 +348,7 @@ def _condition(name: str, holds: bool | str, detail: str) -> Condition:
 
 
 def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
-    """Check paper 001's 0/1 lower bounds on T_n = decoder·encoder (dense or scipy.sparse).
+    """Check Arkhipov & Kalinin's 0/1 lower bounds on T_n = decoder·encoder (dense or scipy.sparse).
 
     Returns a report whose ``status`` is "holds" (0/1, exact factorization, every condition and
     both bounds proven in exact arithmetic), "not_zero_one" or "not_a_factorization" (the theorem
@@ -380,9 +367,10 @@ def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
     if mismatch is not None:
         row, column, value = mismatch
         return LowerBoundReport(
-            n, inner, STATUS_NOT_FACTORIZATION,
-            f"0/1 but L·R ≠ T_{n}: (L·R)[{row}, {column}] = {value}, T_n has {int(column <= row)}; "
-            "the theorem does not apply",
+            n,
+            inner,
+            STATUS_NOT_FACTORIZATION,
+            f"0/1 but L·R ≠ T_{n}: (L·R)[{row}, {column}] = {value}, T_n has {int(column <= row)}; the theorem does not apply",
         )
     m = n - 1
     row_sizes = np.diff(L.indptr)  # |B_i| for i = 1 … n (0-based rows)
@@ -408,18 +396,36 @@ def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
         kind, i, j = violation
         text = f"A_{i} ∩ B_{i} ≠ ∅" if kind == "disjoint" else f"A_{i} ∩ B_{j} = ∅ with {i} < {j}"
         conditions.append(_condition(kind, False, text))
-    conditions.append(_condition("counting", m <= math.comb(a + b, a), f"n−1 = {m} ≤ C(a+b, a) = C({a + b}, {a}) at a = {a}, b = {b}"))
-    conditions.append(_condition("entropy_c2", _compare(Fraction(a * a * b), _c2_bound_squared_bracket(n)), f"a²·b = {a * a * b} ≥ 0.290²·log₂³(n−1)"))
+    conditions.append(
+        _condition("counting", m <= math.comb(a + b, a), f"n−1 = {m} ≤ C(a+b, a) = C({a + b}, {a}) at a = {a}, b = {b}")
+    )
+    conditions.append(
+        _condition(
+            "entropy_c2", _compare(Fraction(a * a * b), _c2_bound_squared_bracket(n)), f"a²·b = {a * a * b} ≥ 0.290²·log₂³(n−1)"
+        )
+    )
     mean_b = Fraction(int(sizes_b.sum()), m)
     in_s = sizes_b.astype(np.int64) * m <= 2 * int(sizes_b.sum())  # |B_i| ≤ 2b̄, in integers
     size_s = int(in_s.sum())
     a_s, b_s = int(sizes_a[in_s].max()), int(sizes_b[in_s].max())
     conditions += [
         _condition("markov", 2 * size_s >= m, f"|S| = {size_s} ≥ m/2 = {Fraction(m, 2)}, S = {{i : |B_i| ≤ 2b̄}}, b̄ = {mean_b}"),
-        _condition("counting_markov", size_s <= math.comb(a_s + b_s, a_s), f"|S| = {size_s} ≤ C(a_S+b_S, a_S) = C({a_s + b_s}, {a_s})"),
-        _condition("entropy_cf", _compare(a * a * mean_b, _ln_cubed_over_216_bracket(m)), f"a²·b̄ = {a * a * mean_b} ≥ (ln 2/6)³·log₂³(n−1)"),
-        _condition("bound_c2", _compare(Fraction(c2_squared), _c2_bound_squared_bracket(n)), f"c₂² = {c2_squared} ≥ 0.290²·log₂³(n−1)"),
-        _condition("bound_cf", _compare(cf_squared, _ln_cubed_over_216_bracket(m, Fraction(m, n))), f"c_F² = {cf_squared} ≥ (ln 2/6)³·(1−1/n)·log₂³(n−1)"),
+        _condition(
+            "counting_markov", size_s <= math.comb(a_s + b_s, a_s), f"|S| = {size_s} ≤ C(a_S+b_S, a_S) = C({a_s + b_s}, {a_s})"
+        ),
+        _condition(
+            "entropy_cf",
+            _compare(a * a * mean_b, _ln_cubed_over_216_bracket(m)),
+            f"a²·b̄ = {a * a * mean_b} ≥ (ln 2/6)³·log₂³(n−1)",
+        ),
+        _condition(
+            "bound_c2", _compare(Fraction(c2_squared), _c2_bound_squared_bracket(n)), f"c₂² = {c2_squared} ≥ 0.290²·log₂³(n−1)"
+        ),
+        _condition(
+            "bound_cf",
+            _compare(cf_squared, _ln_cubed_over_216_bracket(m, Fraction(m, n))),
+            f"c_F² = {cf_squared} ≥ (ln 2/6)³·(1−1/n)·log₂³(n−1)",
+        ),
     ]
     failed = next((c for c in conditions if c.status != "holds"), None)
     if failed is None:
@@ -430,9 +436,19 @@ def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
         status = STATUS_VIOLATION
         reason = f"condition {failed.name} fails on a valid 0/1 factorization ({failed.detail}): a bug in the checker or a gap in the paper"
     return LowerBoundReport(
-        n, inner, status, reason,
-        c2=math.sqrt(c2_squared), cf=math.sqrt(cf_squared), c2_squared=c2_squared, cf_squared=cf_squared,
-        c2_bound=c2_bound(n), cf_bound=cf_bound(n), a=a, b=b, conditions=conditions,
+        n,
+        inner,
+        status,
+        reason,
+        c2=math.sqrt(c2_squared),
+        cf=math.sqrt(cf_squared),
+        c2_squared=c2_squared,
+        cf_squared=cf_squared,
+        c2_bound=c2_bound(n),
+        cf_bound=cf_bound(n),
+        a=a,
+        b=b,
+        conditions=conditions,
     )
 
 
@@ -466,7 +482,7 @@ class ExhaustiveMinimum:
         return math.sqrt(self.cf_squared)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _set_partitions(mask: int) -> tuple[tuple[int, ...], ...]:
     """All partitions of the bit set ``mask`` into nonempty blocks (block containing the lowest bit first)."""
     if mask == 0:
@@ -501,7 +517,7 @@ def _search(n: int, max_inner_size: int | None, objective: str) -> tuple[int, li
     for i in range(1, n + 1):
         options.append(sorted(_set_partitions((1 << i) - 1), key=len))
     limit = max_inner_size if max_inner_size is not None else 1 << n
-    best = [math.inf, None]
+    best: list[Any] = [math.inf, None]
     nodes = [0]
     counts = [0] * n
     family: dict[int, int] = {}  # block -> number of prefixes using it
@@ -568,8 +584,13 @@ def exhaustive_minimum(*, n: int, max_inner_size: int | None = None) -> Exhausti
     if c2_choice is None:
         raise InvalidInputError(f"no 0/1 factorization of T_{n} has inner size ≤ {max_inner_size}")
     return ExhaustiveMinimum(
-        n=n, max_inner_size=max_inner_size, c2_squared=int(c2_value), cf_squared=Fraction(int(cf_value), n),
-        c2_witness=_witness(n, c2_choice), cf_witness=_witness(n, cf_choice), nodes=nodes_c2 + nodes_cf,
+        n=n,
+        max_inner_size=max_inner_size,
+        c2_squared=int(c2_value),
+        cf_squared=Fraction(int(cf_value), n),
+        c2_witness=_witness(n, c2_choice),
+        cf_witness=_witness(n, cf_choice),
+        nodes=nodes_c2 + nodes_cf,
     )
 
 
@@ -599,62 +620,35 @@ class TreeRatio:
 
     def as_dict(self) -> dict:
         return {
-            "tree": self.tree, "arity": self.arity, "n": self.n, "status": self.status,
-            "c2": self.c2, "c2_bound": self.c2_bound, "c2_ratio": self.c2_ratio,
-            "cf": self.cf, "cf_bound": self.cf_bound, "cf_ratio": self.cf_ratio,
+            "tree": self.tree,
+            "arity": self.arity,
+            "n": self.n,
+            "status": self.status,
+            "c2": self.c2,
+            "c2_bound": self.c2_bound,
+            "c2_ratio": self.c2_ratio,
+            "cf": self.cf,
+            "cf_bound": self.cf_bound,
+            "cf_ratio": self.cf_ratio,
         }
 
 
-def tree_factorization(*, tree: str, n: int, arity: int = 2):
-    """The sparse tree factorization from ``pure_dp_mf.trees`` ("binary", "kary" or "kary_subtraction")."""
-    from pure_dp_mf import trees
-
-    n = check_size(n, name="n", minimum=2)
-    if tree == "binary":
-        return trees.binary_tree(n=n)
-    arity = check_size(arity, name="arity", minimum=2)
-    if tree == "kary":
-        return trees.kary_tree(n=n, arity=arity)
-    if tree == "kary_subtraction":
-        return trees.kary_subtraction_tree(n=n, arity=arity)
-    raise InvalidInputError(f"unknown tree {tree!r}; expected binary, kary or kary_subtraction")
-
-
 def tree_ratios(*, tree: str, n_values: list[int], arity: int = 2) -> Iterator[TreeRatio]:
-    """Check the tree at each n and yield its costs, bounds and ratios (float display values; the
-    status comes from the exact check)."""
+    """Check the tree ``trees.tree_factorization(mechanism=tree, …)`` at each n and yield its
+    costs, bounds and ratios (float display values; the status comes from the exact check).
+    ``arity`` is ignored for the binary tree (recorded as 2)."""
     for n in n_values:
-        report = check_factorization_lower_bound(tree_factorization(tree=tree, n=n, arity=arity))
-        if not report.applies:
+        factorization = trees.tree_factorization(mechanism=tree, n=n, arity=None if tree == "binary" else arity)
+        report = check_factorization_lower_bound(factorization)
+        if not report.applies or None in (report.c2, report.c2_bound, report.cf, report.cf_bound):
             raise InvalidInputError(f"{tree} tree (arity {arity}) at n = {n}: {report.reason}")
-        yield TreeRatio(tree, arity, n, report.status, report.c2, report.c2_bound, report.cf, report.cf_bound)
-
-
-def plot_tree_ratios(rows: list[TreeRatio], path) -> None:
-    """PNG plot of cost/bound ratios against n (log scale), one line per tree and cost."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
-    keys = sorted({(row.tree, row.arity) for row in rows})
-    for tree, arity in keys:
-        series = sorted((row for row in rows if (row.tree, row.arity) == (tree, arity)), key=lambda row: row.n)
-        label = "binary (= 2-ary)" if tree == "binary" else f"{arity}-ary"
-        n_values = [row.n for row in series]
-        style = {"marker": ".", "label": label, "linestyle": "--" if tree == "binary" else "-", "zorder": 3 if tree == "binary" else 2}
-        axes[0].plot(n_values, [row.c2_ratio for row in series], **style)
-        axes[1].plot(n_values, [row.cf_ratio for row in series], **style)
-    for axis, title in zip(axes, ("c₂ / 0.290·log₂^{3/2}(n−1)", "c_F / (ln2/6)^{3/2}√(1−1/n)·log₂^{3/2}(n−1)")):
-        axis.set_xscale("log", base=2)
-        axis.axhline(1, color="black", linewidth=0.8)
-        axis.set_xlabel("n")
-        axis.set_ylabel("cost / bound")
-        axis.set_title(title, fontsize=10)
-        axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    figure.suptitle("0/1 lower bounds (paper 001, §4): tree factorizations, ratio ≥ 1 promised")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+        yield TreeRatio(
+            tree,
+            arity,
+            n,
+            report.status,
+            cast(float, report.c2),
+            cast(float, report.c2_bound),
+            cast(float, report.cf),
+            cast(float, report.cf_bound),
+        )

@@ -1,6 +1,6 @@
 """Secure noise: a keyed counter-mode generator, Laplace samples, rounding to integers.
 
-The streaming counter (``stream.py``, paper 001 section 3) needs the Laplace vector z of the
+The streaming counter (``stream.py``, Arkhipov & Kalinin section 3) needs the Laplace vector z of the
 lifted factorization block by block, forwards for ``Noise`` and backwards for
 ``NoiseReversed``, and again after a restart. A counter-mode generator gives exactly that:
 the noise of block ``index`` is a fixed function of a secret 256-bit key and ``index``, so
@@ -14,7 +14,7 @@ construction underlying KMAC: block ``index`` of length m is the first 8m output
 SHAKE-256(key ‖ "z" ‖ 0x00 ‖ index (16 bytes, little-endian) ‖ m (8 bytes, little-endian)). Under the standard assumption that keyed SHAKE-256 is a
 pseudorandom function, these bytes are indistinguishable from independent uniform bytes to
 anyone without the key. ``NoiseGenerator.secure()`` draws the key from the operating system
-(``secrets.token_bytes``). ``NoiseGenerator.seeded(seed)`` derives the key from a public
+(``secrets.token_bytes``). ``NoiseGenerator.from_seed(seed)`` derives the key from a public
 integer: reproducible, for tests and research only, flagged as such everywhere
 (``seeded`` attribute, state files, CLI warnings) because anyone knowing the seed can subtract
 the noise.
@@ -49,7 +49,7 @@ class NoiseGenerator:
 
     Guarantees: with a key from ``secure()``, the output is computationally indistinguishable
     from uniform bits (keyed SHAKE-256 as a PRF); the same (index, size) always gives the same
-    words, so noise can be regenerated but never redrawn. With ``seeded(seed)`` there is no
+    words, so noise can be regenerated but never redrawn. With ``from_seed(seed)`` there is no
     secrecy at all: reproducibility only.
     """
 
@@ -64,12 +64,12 @@ class NoiseGenerator:
         return f"NoiseGenerator(seeded={self.seeded})"
 
     @classmethod
-    def secure(cls) -> "NoiseGenerator":
+    def secure(cls) -> NoiseGenerator:
         """A generator keyed from the operating system's CSPRNG (``secrets``): for production."""
         return cls(key=secrets.token_bytes(KEY_BYTES), seeded=False)
 
     @classmethod
-    def from_seed(cls, seed: int) -> "NoiseGenerator":
+    def from_seed(cls, seed: int) -> NoiseGenerator:
         """A reproducible generator keyed by a public seed: NOT private, for tests and research."""
         seed = check_size(seed, name="seed", minimum=0)
         key = hashlib.sha256(_SEED_DOMAIN + seed.to_bytes((seed.bit_length() + 8) // 8, "little")).digest()
@@ -103,7 +103,7 @@ class NoiseGenerator:
         return {"kind": GENERATOR_KIND, "key": self.key.hex(), "seeded": self.seeded}
 
     @classmethod
-    def from_record(cls, record: object) -> "NoiseGenerator":
+    def from_record(cls, record: object) -> NoiseGenerator:
         if not isinstance(record, dict) or record.get("kind") != GENERATOR_KIND:
             raise InvalidInputError(f"unknown generator record (expected kind {GENERATOR_KIND!r})")
         try:

@@ -1,6 +1,6 @@
 """The papers' published numbers, in one place, for side-by-side comparison only.
 
-Nothing here proves anything: these are the values printed in paper 001 (Tables 1 and 2), shown
+Nothing here proves anything: these are the values printed in Arkhipov & Kalinin (Tables 1 and 2), shown
 next to what this library computes and certifies.
 """
 
@@ -17,7 +17,7 @@ TABLE1 = {
     "averaged-kary-subtraction": (8 / math.log2(17) ** 3, 8 / math.log2(17) ** 3),
     "lifted": (0.0778, 0.0710),  # the factorization mechanism with the paper's k = 1024 bases
 }
-"""Paper 001, Table 1 (tree rows as the closed forms printed there)."""
+"""Arkhipov & Kalinin, Table 1 (tree rows as the closed forms printed there)."""
 
 TABLE2 = {
     # k: (2C₂², 2C_F², (log₂k/log₂(2k+1))³, lifted MaxSE, lifted MeanSE)
@@ -31,4 +31,4 @@ TABLE2 = {
     8: (0.3831, 0.3288, 0.3954, 0.1515, 0.1300),
     4: (0.8293, 0.6259, 0.2512, 0.2083, 0.1572),
 }
-"""Paper 001, Table 2, as printed (4 decimals)."""
+"""Arkhipov & Kalinin, Table 2, as printed (4 decimals)."""

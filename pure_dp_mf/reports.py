@@ -1,20 +1,17 @@
-"""Tables and figures of the reproduction report (paper 001, Tables 1–2; paper 000, App. D.5).
+"""Tables and figures of the reproduction report (Arkhipov & Kalinin, Tables 1–2; Choquette-Choo et al., App. D.5).
 
 This module computes nothing the other modules already compute; it adds the few quantities the
 report needs that no other module exposes, each tested against a slow, obvious implementation:
 
 * ``tree_limit_constants``: the n → ∞ leading constants of a tree mechanism at one arity, from
   the library's own exact finite-n costs (``trees.tree_costs``) on full trees of consecutive
-  heights, never from typed formulas (paper 001, Table 1 and App. C);
+  heights, never from typed formulas (Arkhipov & Kalinin, Table 1 and App. C);
 * ``best_tree_limits``: their minimum over the arity (Table 1 uses the best arity per metric);
-* ``lifted_row_norms_squared``: ‖L_t‖² for every row t of the truncated lift L_p[:n]
-  (Construction 2.4), i.e. the per-step noise variance 2·b²·‖L_t‖² of the continual counter;
 
-and renders tables (``Table``: markdown for the report, rows for rich) and matplotlib figures
-(``plot_table2``, ``plot_step_noise_std``), written atomically as PNG.
-
-The published numbers below are the papers' own printed values, typed in so that they can be
-shown *beside* ours; they are never used to compute anything.
+and renders tables (``Table``: markdown for the report, rows for rich) and every matplotlib figure
+of the package (``plot_table2``, ``plot_step_noise_std``, ``plot_leading_constants``,
+``plot_constant_curve``, ``plot_lift_against_trees``, ``plot_tree_ratios``), written atomically
+as PNG. The papers' printed numbers come from ``published`` and are only shown *beside* ours.
 """
 
 from __future__ import annotations
@@ -22,16 +19,18 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from pure_dp_mf import published, trees
+from pure_dp_mf import compare, lift, lower_bounds, published, trees
 from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorization import METRICS, Factorization
 from pure_dp_mf.validation import check_size
 
 PRINTED_DIGITS = 4
@@ -47,7 +46,7 @@ def agrees_with_printed(value: float, printed: float, *, digits: int = PRINTED_D
 
 
 def status_against_published(ours: float, published: float) -> str:
-    """"reproduced" (agrees at the printed precision), "better" (smaller) or "not yet" (larger)."""
+    """ "reproduced" (agrees at the printed precision), "better" (smaller) or "not yet" (larger)."""
     if agrees_with_printed(ours, published):
         return "reproduced"
     return "better" if ours < published else "not yet"
@@ -91,10 +90,7 @@ def tree_limit_constants(*, mechanism: str, arity: int | None = None) -> tuple[f
         height, growth = SMOOTH_LIMIT_HEIGHT, 2.0
     else:
         height, growth = math.ceil(64 / math.log2(k)) + 1, math.log2(k)
-    costs = [
-        trees.tree_costs(mechanism=mechanism, n=_full_size(mechanism, k, h), arity=arity)
-        for h in (height, height + 1)
-    ]
+    costs = [trees.tree_costs(mechanism=mechanism, n=_full_size(mechanism, k, h), arity=arity) for h in (height, height + 1)]
     d_sensitivity = costs[1].sensitivity - costs[0].sensitivity
     d_max = costs[1].max_row_norm_squared - costs[0].max_row_norm_squared
     d_mean = costs[1].mean_row_norm_squared - costs[0].mean_row_norm_squared
@@ -118,38 +114,13 @@ def best_tree_limits(*, mechanism: str, max_arity: int = trees.ARITY_SEARCH_MAX)
     if mechanism not in trees.ARITY_MECHANISMS:
         max_se, mean_se = tree_limit_constants(mechanism=mechanism)
         return TreeLimit(mechanism, max_se, None, mean_se, None)
-    values = {k: tree_limit_constants(mechanism=mechanism, arity=k) for k in range(2, check_size(max_arity, name="max_arity", minimum=2) + 1)}
+    values = {
+        k: tree_limit_constants(mechanism=mechanism, arity=k)
+        for k in range(2, check_size(max_arity, name="max_arity", minimum=2) + 1)
+    }
     best_max = min(values, key=lambda k: (values[k][0], k))
     best_mean = min(values, key=lambda k: (values[k][1], k))
     return TreeLimit(mechanism, values[best_max][0], best_max, values[best_mean][1], best_mean)
-
-
-# ---------------------------------------------------------------- per-step noise of the lift
-
-
-def lifted_row_norms_squared(*, decoder: np.ndarray, alphas: Sequence[float], n: int) -> np.ndarray:
-    """‖(L_p)_t‖² for t = 0 … n−1, L_p the lift of the base decoder A (k×r) with α_1 … α_{p−1}.
-
-    Construction 2.4 with (C, D) = (A, B): the rows of L_{i+1} are the N_i rows of L_i, then for
-    each base row j = 1 … k a group of 2N_i + 1 rows: the rows of L_i reversed, a row with only
-    the coarse part, the rows of L_i; every row of group j also carries the coarse part
-    α_i·A_j·w on its own columns. So the squared row norms are those of L_i (reversed, a zero,
-    as is) plus α_i²·‖A_j‖². Vectorised; levels below the top are complete (N_{p−1} < n), the top
-    level is cut at n. Float64.
-    """
-    A = np.asarray(decoder, dtype=np.float64)
-    if A.ndim != 2:
-        raise InvalidInputError(f"decoder must be a matrix, got shape {A.shape}")
-    n = check_size(n, name="n")
-    base = np.einsum("ij,ij->i", A, A)
-    norms = base.copy()
-    for alpha in alphas:
-        coarse = float(alpha) ** 2 * base
-        group = np.concatenate((norms[::-1], [0.0], norms))
-        norms = np.concatenate([norms] + [group + c for c in coarse])
-    if len(norms) < n:
-        raise InvalidInputError(f"{len(alphas) + 1} levels give {len(norms)} rows, fewer than n = {n}")
-    return norms[:n]
 
 
 # ----------------------------------------------------------------------------------- tables
@@ -164,7 +135,7 @@ class Table:
     rows: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def select(self, columns: Sequence[str]) -> "Table":
+    def select(self, columns: Sequence[str]) -> Table:
         """The same table with only ``columns`` (in that order), e.g. for a narrow terminal."""
         missing = [name for name in columns if name not in self.columns]
         if missing:
@@ -227,7 +198,7 @@ def _pyplot():
 
 
 def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -> Path:
-    """Paper 001's Table 2 against ours: 2C² and the lifted constant against k, one panel per metric.
+    """Arkhipov & Kalinin's Table 2 against ours: 2C² and the lifted constant against k, one panel per metric.
 
     ``ours`` = {k: {"maxse": 2C₂², "maxse_lifted": …, "meanse": 2C_F², "meanse_lifted": …}} (any
     subset of keys); published values are drawn as open markers, ours as filled ones.
@@ -236,16 +207,27 @@ def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     published_k = sorted(published.TABLE2)
     for panel, (axis, metric, label) in enumerate(zip(axes, ("maxse", "meanse"), ("2C₂² (MaxSE)", "2C_F² (MeanSE)"))):
-        axis.plot(published_k, [published.TABLE2[k][panel] for k in published_k], "o--", mfc="none", color="C0", label=f"paper: {label}")
-        axis.plot(published_k, [published.TABLE2[k][3 + panel] for k in published_k], "s--", mfc="none", color="C1", label="paper: lifted")
+        axis.plot(
+            published_k, [published.TABLE2[k][panel] for k in published_k], "o--", mfc="none", color="C0", label=f"paper: {label}"
+        )
+        axis.plot(
+            published_k,
+            [published.TABLE2[k][3 + panel] for k in published_k],
+            "s--",
+            mfc="none",
+            color="C1",
+            label="paper: lifted",
+        )
         for key, marker, colour, text in ((metric, "o", "C0", label), (f"{metric}_lifted", "s", "C1", "lifted")):
             points = sorted((k, values[key]) for k, values in ours.items() if key in values)
             if points:
-                axis.plot([p[0] for p in points], [p[1] for p in points], marker + "-", color=colour, label=f"ours, certified: {text}")
+                axis.plot(
+                    [p[0] for p in points], [p[1] for p in points], marker + "-", color=colour, label=f"ours, certified: {text}"
+                )
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("base size k")
-        axis.set_title(f"{'MaxSE' if metric == 'maxse' else 'MeanSE'}: paper 001 Table 2 vs certified")
+        axis.set_title(f"{'MaxSE' if metric == 'maxse' else 'MeanSE'}: Arkhipov & Kalinin Table 2 vs certified")
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
     axes[0].set_ylabel("leading constant")
@@ -287,4 +269,137 @@ def plot_step_noise_std(
     axis.set_title(title, fontsize=10)
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def plot_leading_constants(
+    *, path: str | os.PathLike, exponents: Iterable[int] = range(4, 41), providers: Sequence[compare.RowProvider] | None = None
+) -> Path:
+    """Write a PNG of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ against n = 2^e (one panel each).
+
+    Dashed lines: the n → ∞ constants of Arkhipov & Kalinin's Table 1. The file is written atomically.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if not path.parent.exists():
+        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    series = compare.leading_constant_series(exponents=list(exponents), providers=providers)
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for position, (mechanism, points) in enumerate(series.items()):
+        colour = colours[position % len(colours)]
+        for panel, axis in enumerate(axes):
+            axis.plot([p[0] for p in points], [p[1 + panel] for p in points], marker=".", color=colour, label=mechanism)
+            limit = published.TABLE1.get(mechanism) if mechanism != "lifted" else None
+            if limit is not None:
+                axis.axhline(limit[panel], color=colour, linestyle="--", linewidth=0.8)
+    for axis, title in zip(axes, ("MaxSE·ε²/log₂(n)³", "MeanSE·ε²/log₂(n)³")):
+        axis.set_title(title)
+        axis.set_xlabel("log₂ n")
+        axis.set_yscale("log")
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("leading constant (dashed: Table 1, n → ∞)")
+    axes[1].legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def plot_constant_curve(
+    *,
+    bases: Sequence[lift.Operand],
+    metric: str,
+    path: str | os.PathLike,
+    max_n: int = 2**60,
+    points: int = 200,
+    alpha_rule: str = "paper",
+    baselines: dict[str, tuple[list[int], list[float]]] | None = None,
+) -> Path:
+    """PNG of the lifted leading constant against n (log scale, n = 16 … max_n) for each base,
+    each base's Theorem 2.5 asymptote dashed, and optional baseline curves (label → (ns, values),
+    e.g. the tree mechanisms from ``compare.leading_constant_series``). Written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    max_n = check_size(max_n, name="max_n", minimum=32)
+    path = Path(path)
+    if not path.parent.exists():
+        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    sizes = sorted({int(x) for x in np.logspace(4, math.log2(max_n), points, base=2.0)})
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for base in bases:
+        family = lift.LiftedFamily(base=base, metric=metric)
+        values = [family.plan(n=n, alpha_rule=alpha_rule).leading_constant for n in sizes]
+        line = axes.plot(sizes, values, label=f"lifted, k = {family.k}")[0]
+        axes.axhline(family.asymptotic_constant(), color=line.get_color(), linestyle="--", linewidth=0.8)
+    for label, (ns, baseline) in (baselines or {}).items():
+        axes.plot(ns, baseline, marker=".", linestyle=":", label=label)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.set_xlabel("n")
+    axes.set_ylabel(("MaxSE" if metric == "maxse" else "MeanSE") + " · ε² / log₂(n)³")
+    axes.set_title(f"Leading constant against n ({metric}); dashed: Theorem 2.5 asymptote of each base")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    plt.close(figure)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def plot_lift_against_trees(
+    *, base: Factorization, metric: str, path: str | os.PathLike, max_n: int = 2**60, alpha_rule: str = "paper"
+) -> Path:
+    """``plot_constant_curve`` of one base with the five tree mechanisms (best arity per metric,
+    from ``compare.leading_constant_series``) as baselines, at n = 2^4, 2^8, … ≤ max_n."""
+    max_n = check_size(max_n, name="max_n", minimum=32)
+    column = 1 if metric == "maxse" else 2
+    series = compare.leading_constant_series(exponents=range(4, max_n.bit_length(), 4), providers=[compare.tree_rows])
+    baselines = {name: ([2 ** p[0] for p in points], [p[column] for p in points]) for name, points in series.items()}
+    return plot_constant_curve(bases=[base], metric=metric, path=path, max_n=max_n, alpha_rule=alpha_rule, baselines=baselines)
+
+
+def plot_tree_ratios(rows: list[lower_bounds.TreeRatio], path: str | os.PathLike) -> Path:
+    """PNG plot of cost/bound ratios against n (log scale), one line per tree and cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+    keys = sorted({(row.tree, row.arity) for row in rows})
+    for tree, arity in keys:
+        series = sorted((row for row in rows if (row.tree, row.arity) == (tree, arity)), key=lambda row: row.n)
+        label = "binary (= 2-ary)" if tree == "binary" else f"{arity}-ary"
+        n_values = [row.n for row in series]
+        style = {
+            "marker": ".",
+            "label": label,
+            "linestyle": "--" if tree == "binary" else "-",
+            "zorder": 3 if tree == "binary" else 2,
+        }
+        axes[0].plot(n_values, [row.c2_ratio for row in series], **style)
+        axes[1].plot(n_values, [row.cf_ratio for row in series], **style)
+    for axis, title in zip(axes, ("c₂ / 0.290·log₂^{3/2}(n−1)", "c_F / (ln2/6)^{3/2}√(1−1/n)·log₂^{3/2}(n−1)")):
+        axis.set_xscale("log", base=2)
+        axis.axhline(1, color="black", linewidth=0.8)
+        axis.set_xlabel("n")
+        axis.set_ylabel("cost / bound")
+        axis.set_title(title, fontsize=10)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle("0/1 lower bounds (Arkhipov & Kalinin, §4): tree factorizations, ratio ≥ 1 promised")
     return _save(figure, path)

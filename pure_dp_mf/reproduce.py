@@ -1,5 +1,5 @@
-"""``reproduce``: re-verify the shipped certificates and rebuild paper 001's Tables 1–2, the
-finite-n comparison, the 0/1 lower bounds, paper 000's Gaussian comparison and a streaming
+"""``reproduce``: re-verify the shipped certificates and rebuild Arkhipov & Kalinin's Tables 1–2, the
+finite-n comparison, the 0/1 lower bounds, Choquette-Choo et al.'s Gaussian comparison and a streaming
 demonstration, into one report (``DIR/report.md``, ``DIR/report.json`` and PNG figures).
 
 Sections (each one independent: a section whose module is missing or raises is reported as
@@ -8,17 +8,17 @@ false, so the CLI exits non-zero — never a silent pass):
 
 1. ``certificates`` — every ``*.json`` in the certificate folder is verified exactly
    (``certify.verify_certificate``); its factorization file must lie in the base folder. Table 2
-   of paper 001 side by side: published 2C₂², 2C_F² and lifted constants against ours, certified.
+   of Arkhipov & Kalinin side by side: published 2C₂², 2C_F² and lifted constants against ours, certified.
    A certificate that fails is named with the claim that fails.
-2. ``table1`` — paper 001's Table 1: each tree's n → ∞ constant computed from exact finite-n
+2. ``table1`` — Arkhipov & Kalinin's Table 1: each tree's n → ∞ constant computed from exact finite-n
    costs (``reports.best_tree_limits``) and the best *verified* lifted constant, each beside the
    published value with a status (reproduced / better / not yet).
 3. ``comparison`` — MaxSE and MeanSE of every mechanism at n = 2^10, 2^20, 2^30 and the user's n
-   (``compare.comparison_rows`` with the lifted rows of ``lift.lifted_comparison_rows`` for the
+   (``compare.comparison_rows`` with the lifted rows of ``compare.lifted_rows`` for the
    base folder), best first; figure: leading constant against n.
 4. ``lower_bounds`` — binary and best-arity k-ary trees (0/1 factorizations) against the bounds
-   of paper 001 §4 at the same n (closed-form costs; the exact checker where n ≤ 2^16).
-5. ``gaussian`` — paper 000's comparison (App. D.5) at (k, b) = (20, 100), n = 2000, optimizer
+   of Arkhipov & Kalinin §4 at the same n (closed-form costs; the exact checker where n ≤ 2^16).
+5. ``gaussian`` — Choquette-Choo et al.'s comparison (App. D.5) at (k, b) = (20, 100), n = 2000, optimizer
    rows included (about 6 minutes on 2 cores); quick: (4, 25), n = 100.
 6. ``streaming`` — a ``ContinualCounter`` with the best MaxSE base over a random stream of 10^5
    steps, ε = 1, repeated with seeded generators (research reproducibility only: a deployment
@@ -33,23 +33,28 @@ import math
 import platform
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 import pure_dp_mf
+from pure_dp_mf import certify, compare, lift, lower_bounds, published, reports, resources, trees
+from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf import published
-from pure_dp_mf.reports import Table, status_against_published
+from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.gaussian import compare as gaussian_compare
+from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.reports import Table, best_tree_limits, plot_step_noise_std, plot_table2, status_against_published
+from pure_dp_mf.stream import ContinualCounter
 from pure_dp_mf.validation import check_size
 
-ROOT = Path(__file__).resolve().parents[1]
-CERTIFICATE_FOLDER = ROOT / "certificates"
-BASE_FOLDER = ROOT / "base_factorizations"
+CERTIFICATE_FOLDER = resources.CERTIFICATE_FOLDER
+BASE_FOLDER = resources.BASE_FOLDER
 N_VALUES = (2**10, 2**20, 2**30)
 STREAM_STEPS = 100_000
 STREAM_RUNS = {True: 8, False: 50}  # quick: 8 seeded repetitions, full: 50
@@ -126,21 +131,19 @@ class _Context:
 # ------------------------------------------------------------------------------ 1. Table 2
 
 
-def _lift_factor(k: int) -> float:
-    return (math.log2(k) / math.log2(2 * k + 1)) ** 3
-
-
 def _certificates(section: Section, context: _Context) -> None:
-    from pure_dp_mf import certify
-    from pure_dp_mf.factorization import file_sha256
-    from pure_dp_mf.reports import plot_table2
 
     paths = sorted(context.certificates.glob("*.json"))
     if not paths:
         raise PureDPMFError(f"no certificate (*.json) in {context.certificates}: nothing to verify")
     bases = context.bases.resolve()
-    failed, listing = [], Table("Certificates verified (exact arithmetic, certify.verify_certificate)",
-                               ["certificate", "factorization file", "k", "metric", "result", "seconds"])
+    failed, listing = (
+        [],
+        Table(
+            "Certificates verified (exact arithmetic, certify.verify_certificate)",
+            ["certificate", "factorization file", "k", "metric", "result", "seconds"],
+        ),
+    )
     for path in paths:
         context.say(f"verifying {path.name}")
         start = time.perf_counter()
@@ -151,12 +154,12 @@ def _certificates(section: Section, context: _Context) -> None:
                     "factorization", f"it certifies {certificate.factorization_path}, which is not in the base folder {bases}"
                 )
             result = certify.verify_certificate(path=path)
-        except Exception as error:  # noqa: BLE001: a certificate that cannot be verified is a failure, named
+        except Exception as error:  # a certificate that cannot be verified is a failure, named
             message = _describe(error)
             failed.append(f"{path.name}: {message}")
             listing.rows.append([path.name, "", "", "", f"FAILED: {message}", time.perf_counter() - start])
             continue
-        record = {
+        record: dict[str, Any] = {
             "certificate": path.name,
             "file": certificate.factorization_path.resolve(),
             "k": result.n,
@@ -165,14 +168,9 @@ def _certificates(section: Section, context: _Context) -> None:
             "lifted": float(Fraction(certificate.claims["lifted_constant"].value)),
         }
         context.verified.append(record)
-        context.certified_files.add(record["file"])
-        source = (certificate.rounded_from or {}).get("file")
-        if source:  # the file it was rounded from (to the grid) counts as certified while unchanged
-            original = (certificate.factorization_path.parent / source).resolve()
-            if original.is_file() and file_sha256(original) == certificate.rounded_from.get("sha256"):
-                context.certified_files.add(original)
+        context.certified_files.add(record["file"])  # only the file whose sha256 the verifier checked
         listing.rows.append([path.name, certificate.factorization_path.name, result.n, result.metric, "verified", result.seconds])
-    uncertified = [p.name for p in sorted(bases.glob("k*_*.npz")) if p.resolve() not in context.certified_files]
+    uncertified = [p.name for p in resources.base_files(bases) if p.resolve() not in context.certified_files]
     if uncertified:
         context.warnings.append(f"base factorizations without a verified certificate: {', '.join(uncertified)}")
         listing.notes.append(f"Base files without a verified certificate (their lifts are not proven): {', '.join(uncertified)}.")
@@ -183,9 +181,21 @@ def _certificates(section: Section, context: _Context) -> None:
         for key, value in ((record["metric"], record["leading"]), (f"{record['metric']}_lifted", record["lifted"])):
             entry[key] = min(value, entry.get(key, math.inf))
     table = Table(
-        "Paper 001, Table 2: published against ours (certified upper bounds, rounded up)",
-        ["k", "2C₂² paper", "2C₂² ours", "2C₂² ratio", "2C_F² paper", "2C_F² ours", "2C_F² ratio", "(log₂k/log₂(2k+1))³",
-         "lifted MaxSE paper", "lifted MaxSE ours", "lifted MeanSE paper", "lifted MeanSE ours"],
+        "Arkhipov & Kalinin, Table 2: published against ours (certified upper bounds, rounded up)",
+        [
+            "k",
+            "2C₂² paper",
+            "2C₂² ours",
+            "2C₂² ratio",
+            "2C_F² paper",
+            "2C_F² ours",
+            "2C_F² ratio",
+            "(log₂k/log₂(2k+1))³",
+            "lifted MaxSE paper",
+            "lifted MaxSE ours",
+            "lifted MeanSE paper",
+            "lifted MeanSE ours",
+        ],
     )
 
     def ratio(value, published):
@@ -194,11 +204,22 @@ def _certificates(section: Section, context: _Context) -> None:
     for k in sorted(set(published.TABLE2) | set(ours), reverse=True):
         paper = published.TABLE2.get(k, (None,) * 5)
         mine = ours.get(k, {})
-        table.rows.append([
-            k, paper[0], mine.get("maxse"), ratio(mine.get("maxse"), paper[0]),
-            paper[1], mine.get("meanse"), ratio(mine.get("meanse"), paper[1]), _lift_factor(k),
-            paper[3], mine.get("maxse_lifted"), paper[4], mine.get("meanse_lifted"),
-        ])
+        table.rows.append(
+            [
+                k,
+                paper[0],
+                mine.get("maxse"),
+                ratio(mine.get("maxse"), paper[0]),
+                paper[1],
+                mine.get("meanse"),
+                ratio(mine.get("meanse"), paper[1]),
+                lift.lift_factor(k),
+                paper[3],
+                mine.get("maxse_lifted"),
+                paper[4],
+                mine.get("meanse_lifted"),
+            ]
+        )
     table.notes.append(
         "“ours” are the claims of certificates that were re-verified just now from the factorization files "
         "(exact rational arithmetic); “–”: no verified certificate for that k and metric. Ratio = ours / paper "
@@ -215,28 +236,49 @@ def _certificates(section: Section, context: _Context) -> None:
 
 
 def _table1(section: Section, context: _Context) -> None:
-    from pure_dp_mf import trees
-    from pure_dp_mf.reports import best_tree_limits
 
     table = Table(
-        "Paper 001, Table 1: leading constants (n → ∞) of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³",
-        ["mechanism", "MaxSE ours", "MaxSE arity", "MaxSE paper", "MaxSE status", "MeanSE ours", "MeanSE arity", "MeanSE paper", "MeanSE status"],
+        "Arkhipov & Kalinin, Table 1: leading constants (n → ∞) of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³",
+        [
+            "mechanism",
+            "MaxSE ours",
+            "MaxSE arity",
+            "MaxSE paper",
+            "MaxSE status",
+            "MeanSE ours",
+            "MeanSE arity",
+            "MeanSE paper",
+            "MeanSE status",
+        ],
     )
     for mechanism in trees.MECHANISMS:
         context.say(f"Table 1: {mechanism}")
         limit = best_tree_limits(mechanism=mechanism)
         paper = published.TABLE1[mechanism]
-        table.rows.append([
-            mechanism, limit.max_se_constant, limit.max_se_arity, paper[0], status_against_published(limit.max_se_constant, paper[0]),
-            limit.mean_se_constant, limit.mean_se_arity, paper[1], status_against_published(limit.mean_se_constant, paper[1]),
-        ])
+        table.rows.append(
+            [
+                mechanism,
+                limit.max_se_constant,
+                limit.max_se_arity,
+                paper[0],
+                status_against_published(limit.max_se_constant, paper[0]),
+                limit.mean_se_constant,
+                limit.mean_se_arity,
+                paper[1],
+                status_against_published(limit.mean_se_constant, paper[1]),
+            ]
+        )
     lifted = []
     for index, metric in enumerate(("maxse", "meanse")):
         records = [record for record in context.verified if record["metric"] == metric]
         if records:
             best = min(records, key=lambda record: record["lifted"])
-            lifted += [best["lifted"], f"k = {best['k']}", published.TABLE1["lifted"][index],
-                       status_against_published(best["lifted"], published.TABLE1["lifted"][index])]
+            lifted += [
+                best["lifted"],
+                f"k = {best['k']}",
+                published.TABLE1["lifted"][index],
+                status_against_published(best["lifted"], published.TABLE1["lifted"][index]),
+            ]
         else:
             lifted += [None, None, published.TABLE1["lifted"][index], "not yet (no verified certificate)"]
     table.rows.append(["lifted (certified)", *lifted])
@@ -254,36 +296,38 @@ def _table1(section: Section, context: _Context) -> None:
 def _float_lifted_note(context: _Context) -> str:
     """The best Theorem 2.5 constant 2c²/log₂(2k+1)³ of every base in the folder, certified or not,
     from its float64 costs (c = c₂ for MaxSE bases, c_F for MeanSE ones): an estimate, not a proof."""
-    from pure_dp_mf.factorization import Factorization
 
-    best = {}
-    for path in sorted(context.bases.glob("k*_*.npz")):
+    best: dict[str, tuple[float, Path]] = {}
+    for path in resources.base_files(context.bases):
         base = Factorization.load(path)
         metric = base.metric or "maxse"
         costs = base.costs(epsilon=1.0)
-        value = 2 * (costs.c2 if metric == "maxse" else costs.cf) ** 2 / math.log2(2 * base.n + 1) ** 3
+        value = lift.lifted_constant(c_squared=(costs.c2 if metric == "maxse" else costs.cf) ** 2, base_size=base.n)
         if metric not in best or value < best[metric][0]:
             best[metric] = (value, path)
-    parts = [f"{metric}: {value:.4f} ({path.name}, {'certified' if path.resolve() in context.certified_files else 'not certified'})"
-             for metric, (value, path) in sorted(best.items())]
-    return ("Best lifted constant of any base in the folder, in float64 (not a proof): " + "; ".join(parts) + "."
-            if parts else "No base factorization in the folder.")
+    parts = [
+        f"{metric}: {value:.4f} ({path.name}, {'certified' if path.resolve() in context.certified_files else 'not certified'})"
+        for metric, (value, path) in sorted(best.items())
+    ]
+    return (
+        "Best lifted constant of any base in the folder, in float64 (not a proof): " + "; ".join(parts) + "."
+        if parts
+        else "No base factorization in the folder."
+    )
 
 
 # -------------------------------------------------------------------- 3. finite-n comparison
 
 
 def _lifted_provider(context: _Context):
-    from pure_dp_mf import lift
 
     def provider(*, n: int, epsilon: float):
-        return lift.lifted_comparison_rows(n=n, epsilon=epsilon, directory=context.bases)
+        return compare.lifted_rows(n=n, epsilon=epsilon, directory=context.bases)
 
     return provider
 
 
 def _comparison(section: Section, context: _Context) -> None:
-    from pure_dp_mf import compare
 
     providers, lifted_error = [compare.tree_rows], None
     try:
@@ -296,19 +340,34 @@ def _comparison(section: Section, context: _Context) -> None:
     for n in context.n_values:
         context.say(f"comparison at n = {n}")
         rows = compare.comparison_rows(n=n, epsilon=1.0, providers=providers)
-        table = Table(f"n = {n} (2^{math.log2(n):.4g}), ε = 1: best MaxSE first",
-                      ["rank", "mechanism", "arity / base k", "best for", "MaxSE", "MeanSE", "MaxSE const.", "MeanSE const.", "source"])
+        table = Table(
+            f"n = {n} (2^{math.log2(n):.4g}), ε = 1: best MaxSE first",
+            ["rank", "mechanism", "arity / base k", "best for", "MaxSE", "MeanSE", "MaxSE const.", "MeanSE const.", "source"],
+        )
         for rank, row in enumerate(rows, 1):
             source = row.source
-            if row.mechanism == "lifted":
-                name = source.split("/")[-1].split(",")[0]
-                source += " (certified)" if name in certified else " (base NOT certified)"
-            table.rows.append([rank, row.mechanism, row.arity, ", ".join(row.best_for), row.max_se, row.mean_se,
-                               row.max_se_constant, row.mean_se_constant, source])
+            if row.base_file is not None:
+                source += " (certified)" if Path(row.base_file).name in certified else " (base NOT certified)"
+            table.rows.append(
+                [
+                    rank,
+                    row.mechanism,
+                    row.arity,
+                    ", ".join(row.best_for),
+                    row.max_se,
+                    row.mean_se,
+                    row.max_se_constant,
+                    row.mean_se_constant,
+                    source,
+                ]
+            )
         section.tables.append(table)
     context.say("figure: leading constants against n")
-    section.figures.append(compare.plot_leading_constants(
-        path=context.out / "leading_constants.png", exponents=LEADING_EXPONENTS[context.quick], providers=providers))
+    section.figures.append(
+        reports.plot_leading_constants(
+            path=context.out / "leading_constants.png", exponents=LEADING_EXPONENTS[context.quick], providers=providers
+        )
+    )
     section.paragraphs.append(
         "Exact finite-n errors of the trees (closed forms) and the lifted mechanism's costs from lift.lift_plan "
         "(best shipped base per n and metric, α chosen per metric). Constants = error·ε²/log₂(n)³."
@@ -321,10 +380,9 @@ def _comparison(section: Section, context: _Context) -> None:
 
 
 def _lower_bounds(section: Section, context: _Context) -> None:
-    from pure_dp_mf import lower_bounds, trees
 
     table = Table(
-        "0/1 factorizations (paper 001 §4): tree costs against the lower bounds",
+        "0/1 factorizations (Arkhipov & Kalinin §4): tree costs against the lower bounds",
         ["n", "tree", "arity", "c₂", "c₂ bound 0.290·log₂^{3/2}(n−1)", "c₂ ratio", "c_F", "c_F bound", "c_F ratio", "check"],
     )
     violations = []
@@ -344,8 +402,10 @@ def _lower_bounds(section: Section, context: _Context) -> None:
                 if c2 < c2_bound or cf < cf_bound:
                     violations.append(f"{tree} at n = {n}: ratio below 1")
             table.rows.append([n, tree, arity or 2, c2, c2_bound, c2 / c2_bound, cf, cf_bound, cf / cf_bound, check])
-    table.notes.append("The bounds hold for every factorization with 0/1 entries; binary and k-ary trees without "
-                       "subtraction are such factorizations, so every ratio must be ≥ 1.")
+    table.notes.append(
+        "The bounds hold for every factorization with 0/1 entries; binary and k-ary trees without "
+        "subtraction are such factorizations, so every ratio must be ≥ 1."
+    )
     section.tables.append(table)
     if violations:
         raise PureDPMFError("lower bound violated: " + "; ".join(violations))
@@ -355,39 +415,50 @@ def _lower_bounds(section: Section, context: _Context) -> None:
 
 
 def _gaussian(section: Section, context: _Context) -> None:
-    from pure_dp_mf.gaussian.compare import compare, plot_step_variance
 
     for k, b in GAUSSIAN[context.quick]:
         n = k * b
         context.say(f"Gaussian comparison (k, b) = ({k}, {b})")
-        rows = compare(n=n, max_participations=k,
-                       progress=lambda name: context.say(f"Gaussian ({k}, {b}): {name}"))
+        rows = gaussian_compare.compare(
+            n=n, max_participations=k, progress=lambda name: context.say(f"Gaussian ({k}, {b}): {name}")
+        )
         table = Table(
-            f"Paper 000 App. D.5: prefix sums under (k, b) = ({k}, {b}) participation, n = {n}, best number of stamps s",
+            f"Choquette-Choo et al. App. D.5: prefix sums under (k, b) = ({k}, {b}) participation, n = {n}, best number of stamps s",
             ["mechanism", "best s", "sens²", "sensitivity method", "‖B‖_F²", "loss ‖B‖_F²·sens²", "RMSE (z = 1)", "seconds"],
         )
         for row in sorted(rows, key=lambda row: row.loss.loss):
-            table.rows.append([row.loss.name, row.stamps, row.loss.sensitivity_squared, row.loss.sensitivity_method,
-                               row.loss.decoder_frobenius_squared, row.loss.loss, row.loss.rmse, row.seconds])
+            table.rows.append(
+                [
+                    row.loss.name,
+                    row.stamps,
+                    row.loss.sensitivity_squared,
+                    row.loss.sensitivity_method,
+                    row.loss.decoder_frobenius_squared,
+                    row.loss.loss,
+                    row.loss.rmse,
+                    row.seconds,
+                ]
+            )
         by_family = {row.family: row for row in rows}
         for family in ("FFT", "Honaker + completion"):
-            row = by_family.get(family)
-            if row is not None and len(row.losses_by_stamps) > 2:
-                inside = min(row.losses_by_stamps) < row.stamps < max(row.losses_by_stamps)
-                claim = " (paper 000 at (20, 100): inside)" if (k, b) == (20, 100) else ""
-                table.notes.append(f"{family}: losses by s {', '.join(f'{s}: {v:.4g}' for s, v in sorted(row.losses_by_stamps.items()))}; "
-                                   f"best s = {row.stamps}, {'inside' if inside else 'at the edge of'} the sweep{claim}.")
+            found = by_family.get(family)
+            if found is not None and len(found.losses_by_stamps) > 2:
+                inside = min(found.losses_by_stamps) < found.stamps < max(found.losses_by_stamps)
+                claim = " (Choquette-Choo et al. at (20, 100): inside)" if (k, b) == (20, 100) else ""
+                table.notes.append(
+                    f"{family}: losses by s {', '.join(f'{s}: {v:.4g}' for s, v in sorted(found.losses_by_stamps.items()))}; "
+                    f"best s = {found.stamps}, {'inside' if inside else 'at the edge of'} the sweep{claim}."
+                )
         best = min(rows, key=lambda row: row.loss.loss)
-        table.notes.append(f"Lowest loss: {best.loss.name} (paper 000: the optimal multi-epoch factorization).")
+        table.notes.append(f"Lowest loss: {best.loss.name} (Choquette-Choo et al.: the optimal multi-epoch factorization).")
         section.tables.append(table)
         if (k, b) == GAUSSIAN[context.quick][0]:
             path = context.out / "gaussian_step_variance.png"
-            plot_step_variance(rows, str(path), title=f"per-step noise variance, n = {n}, (k, b) = ({k}, {b})")
+            gaussian_compare.plot_step_variance(rows, str(path), title=f"per-step noise variance, n = {n}, (k, b) = ({k}, {b})")
             section.figures.append(path)
     section.paragraphs.append(
-        "Loss = ‖B‖_F²·sens(C)² (paper 000 Eq. 4), the total squared error at noise multiplier 1; every row is the same "
-        "Gaussian mechanism privacy-wise. Paper 000's Table 1 numbers are not legible in our copy of the paper, so the "
-        "comparison checks its stated findings (best s inside the sweep; the optimal factorization lowest)."
+        "Loss = ‖B‖_F²·sens(C)² (Choquette-Choo et al. Eq. 4), the total squared error at noise multiplier 1; every row is the same "
+        "Gaussian mechanism privacy-wise. The comparison checks the paper's stated findings (best s inside the sweep; the optimal factorization lowest)."
         + (" Quick mode: the small instance (k, b) = (4, 25) instead of (20, 100)." if context.quick else "")
     )
 
@@ -396,11 +467,11 @@ def _gaussian(section: Section, context: _Context) -> None:
 
 
 def _best_maxse_base(context: _Context, n: int):
-    from pure_dp_mf import lift
-    from pure_dp_mf.factorization import Factorization
 
     best = None
-    for path in sorted(context.bases.glob("k*_maxse.npz")):
+    for path in resources.base_files(context.bases):
+        if not path.name.endswith("_maxse.npz"):
+            continue
         base = Factorization.load(path)
         plan = lift.lift_plan(base=base, n=n, metric="maxse")
         if best is None or plan.costs.max_se < best[2].costs.max_se:
@@ -411,22 +482,22 @@ def _best_maxse_base(context: _Context, n: int):
 
 
 def _streaming(section: Section, context: _Context) -> None:
-    from pure_dp_mf import trees
-    from pure_dp_mf.noise import NoiseGenerator
-    from pure_dp_mf.reports import lifted_row_norms_squared, plot_step_noise_std
-    from pure_dp_mf.stream import ContinualCounter
 
     n, runs, epsilon = STREAM_STEPS, STREAM_RUNS[context.quick], 1.0
     path, base, plan = _best_maxse_base(context, n)
     stream = np.random.default_rng(20260).integers(0, 2, size=n)
     truth = np.cumsum(stream)
     errors = np.empty((runs, n))
-    counter = None
+    counters = []
     for run in range(runs):
         context.say(f"streaming: run {run + 1}/{runs}")
-        counter = ContinualCounter(base=path, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(run))
-        errors[run] = counter.counts(stream) - truth
-    variance = 2 * counter.scale**2 * lifted_row_norms_squared(decoder=base.dense()[0], alphas=counter.alphas, n=n)
+        counters.append(ContinualCounter(base=path, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(run)))
+        errors[run] = counters[-1].counts(stream) - truth
+    counter = counters[-1]
+    family = lift.LiftedFamily(base=base, metric="maxse")
+    if list(counter.alphas) != [float(a) for a in family.plan(n=n).alphas]:
+        raise PureDPMFError("the counter's lifting parameters differ from lift_plan's")
+    variance = 2 * counter.scale**2 * family.row_norms_squared(n=n)
     predicted_max, predicted_mean = float(variance.max()), float(variance.mean())
     if not math.isclose(predicted_max, plan.costs.max_se, rel_tol=1e-6):
         raise PureDPMFError(f"the counter's noise (MaxSE {predicted_max:.6g}) disagrees with lift_plan ({plan.costs.max_se:.6g})")
@@ -439,14 +510,32 @@ def _streaming(section: Section, context: _Context) -> None:
         f" ({'certified' if certified else 'NOT certified'}), {plan.levels} levels, {runs} seeded runs",
         ["quantity", "predicted", "empirical", "empirical / predicted"],
     )
-    mean_empirical, top_empirical, top_predicted = float(squared.mean()), float(squared[:, top].mean()), float(variance[top].mean())
+    mean_empirical, top_empirical, top_predicted = (
+        float(squared.mean()),
+        float(squared[:, top].mean()),
+        float(variance[top].mean()),
+    )
     table.rows += [
         ["MaxSE = max_t 2b²‖L_t‖² (lift_plan)", predicted_max, None, None],
-        [f"squared error at the {int(top.sum())} steps within {TOP_BAND:.0%} of MaxSE", top_predicted, top_empirical,
-         top_empirical / top_predicted],
+        [
+            f"squared error at the {int(top.sum())} steps within {TOP_BAND:.0%} of MaxSE",
+            top_predicted,
+            top_empirical,
+            top_empirical / top_predicted,
+        ],
         ["MeanSE (mean over all steps and runs)", predicted_mean, mean_empirical, mean_empirical / predicted_mean],
-        ["share of errors within 2 predicted standard deviations", None, float((np.abs(errors) <= 2 * np.sqrt(variance)).mean()), None],
-        ["binary tree at the same n: MaxSE / MeanSE", f"{binary.max_se(epsilon=epsilon):.6g} / {binary.mean_se(epsilon=epsilon):.6g}", None, None],
+        [
+            "share of errors within 2 predicted standard deviations",
+            None,
+            float((np.abs(errors) <= 2 * np.sqrt(variance)).mean()),
+            None,
+        ],
+        [
+            "binary tree at the same n: MaxSE / MeanSE",
+            f"{binary.max_se(epsilon=epsilon):.6g} / {binary.mean_se(epsilon=epsilon):.6g}",
+            None,
+            None,
+        ],
     ]
     table.notes.append(
         f"Noise scale b = Δ·‖R_p‖₁→₁/ε = {counter.scale:.6g}; predicted error variance at step t = 2b²‖L_t‖² (Laplace); "
@@ -460,22 +549,24 @@ def _streaming(section: Section, context: _Context) -> None:
     tree_decoder = tree.decoder.tocsr() if hasattr(tree.decoder, "tocsr") else tree.decoder
     tree_norms = np.asarray(tree_decoder.multiply(tree_decoder).sum(axis=1)).ravel()
     tree_std = math.sqrt(2) * float(binary.sensitivity) / epsilon * np.sqrt(tree_norms)
-    section.figures.append(plot_step_noise_std(
-        curves={f"lifted, base k = {base.n} (predicted)": np.sqrt(variance), "binary tree (predicted)": tree_std},
-        empirical={f"lifted, empirical ({runs} runs, binned)": squared.mean(axis=0)},
-        path=context.out / "step_noise_std.png",
-        title=f"per-step noise standard deviation, n = {n}, ε = {epsilon:g}",
-    ))
+    section.figures.append(
+        plot_step_noise_std(
+            curves={f"lifted, base k = {base.n} (predicted)": np.sqrt(variance), "binary tree (predicted)": tree_std},
+            empirical={f"lifted, empirical ({runs} runs, binned)": squared.mean(axis=0)},
+            path=context.out / "step_noise_std.png",
+            title=f"per-step noise standard deviation, n = {n}, ε = {epsilon:g}",
+        )
+    )
 
 
 # --------------------------------------------------------------------------------- driving
 
 SECTIONS: list[tuple[str, str, Callable[[Section, _Context], None]]] = [
-    ("certificates", "Certificates and paper 001's Table 2", _certificates),
-    ("table1", "Paper 001's Table 1: asymptotic constants", _table1),
+    ("certificates", "Certificates and Arkhipov & Kalinin's Table 2", _certificates),
+    ("table1", "Arkhipov & Kalinin's Table 1: asymptotic constants", _table1),
     ("comparison", "Finite-n comparison of every mechanism", _comparison),
-    ("lower_bounds", "0/1 lower bounds (paper 001 §4)", _lower_bounds),
-    ("gaussian", "Gaussian multi-epoch comparison (paper 000)", _gaussian),
+    ("lower_bounds", "0/1 lower bounds (Arkhipov & Kalinin §4)", _lower_bounds),
+    ("gaussian", "Gaussian multi-epoch comparison (Choquette-Choo et al.)", _gaussian),
     ("streaming", "Streaming demonstration", _streaming),
 ]
 
@@ -521,7 +612,7 @@ def reproduce(
         begin = time.perf_counter()
         try:
             run(section, context)
-        except Exception as error:  # noqa: BLE001: every failure is reported, none is silent
+        except Exception as error:  # every failure is reported, none is silent
             section.error = _describe(error)
             if not isinstance(error, PureDPMFError):
                 section.details = "".join(traceback.format_exception(error)[-4:])
@@ -534,22 +625,19 @@ def reproduce(
 
 
 def _describe(error: Exception) -> str:
-    if isinstance(error, ModuleNotFoundError):
-        return f"module {error.name} is missing ({error})"
     if isinstance(error, PureDPMFError):
         return str(error)
     return f"{type(error).__name__} raised: {error}"
 
 
 def _write_report(result: ReproduceResult, certificates: Path, bases: Path) -> None:
-    from pure_dp_mf.atomic import atomic_write_text
 
     mode = "quick" if result.quick else "full"
     lines = [
         "# pure_dp_mf: reproduction report",
         "",
         f"`pure-dp-mf reproduce{' --quick' if result.quick else ''}` ({mode} run), library {pure_dp_mf.__version__}, "
-        f"Python {platform.python_version()}, {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, "
+        f"Python {platform.python_version()}, {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, "
         f"{result.seconds:.1f} s. Certificates: `{certificates}`; bases: `{bases}`.",
         "",
         "## Summary",
@@ -559,8 +647,10 @@ def _write_report(result: ReproduceResult, certificates: Path, bases: Path) -> N
     ]
     for section in result.sections:
         status = "ok" if section.ok else f"FAILED: {section.error}"
-        lines.append(f"| {section.title} | {status.replace('|', '/')} | {section.seconds:.1f} | "
-                     f"{', '.join(figure.name for figure in section.figures)} |")
+        lines.append(
+            f"| {section.title} | {status.replace('|', '/')} | {section.seconds:.1f} | "
+            f"{', '.join(figure.name for figure in section.figures)} |"
+        )
     lines.append("")
     if result.failures:
         lines += ["**Failures** (the command exits non-zero):", ""] + [f"- {failure}" for failure in result.failures] + [""]

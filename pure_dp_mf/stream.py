@@ -1,6 +1,6 @@
 """Streaming the correlated noise L·z of the lifted factorization; the continual counter.
 
-Paper 001, section 3 (Algorithms 1–3) and Construction 2.4. Fix a base factorization A·B = T_k
+Arkhipov & Kalinin, section 3 (Algorithms 1–3) and Construction 2.4. Fix a base factorization A·B = T_k
 (A = decoder, k×r; B = encoder, r×k) and lift it: L₁ = A, R₁ = B and
 (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} (A, B). With N_i rows and M_i columns of L_i
 (N₁ = k, N_{i+1} = (2k+1)·N_i + k; M₁ = r, M_{i+1} = (2k+1)·M_i + r), the columns of L_{i+1}
@@ -32,27 +32,27 @@ import hashlib
 import json
 import math
 import os
-import re
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import IO, Protocol
 
 import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_text
+from pure_dp_mf.certify import Certificate, certified_sensitivity
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization, array_sha256
-from pure_dp_mf.lift import levels_for, lift_plan, lifted_size
+from pure_dp_mf.lift import lift_plan, lifted_size
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.validation import check_positive, check_size
 
 STATE_FORMAT = "pure_dp_mf.counter_state/1"
 LEDGER_SUFFIX = ".released"
 CHUNK = 1 << 15  # steps of noise computed ahead by the counter
-BASE_FOLDER = Path(__file__).resolve().parents[1] / "base_factorizations"
 
 
 class StateFileError(PureDPMFError):
@@ -61,37 +61,6 @@ class StateFileError(PureDPMFError):
 
 # ---------------------------------------------------------------------------------------------
 # Sizes and the exact sensitivity.
-
-
-def column_abs_sum_exact(matrix: np.ndarray) -> Fraction:
-    """‖B‖₁→₁ of a float64 matrix, exactly (every float64 is a dyadic rational).
-
-    Fast path: entries on the 2⁻³² grid (shipped encoders) are summed as int64 with an overflow
-    check; otherwise each entry is converted exactly (``float.as_integer_ratio``)."""
-    array = np.asarray(matrix, dtype=np.float64)
-    with np.errstate(over="ignore"):  # huge entries become inf and take the slow path
-        scaled = np.abs(array) * 2.0**32  # exact: scaling by a power of two
-    if np.all(np.isfinite(scaled)) and scaled.max() < 2.0**52 and np.all(scaled == np.floor(scaled)):
-        integers = scaled.astype(np.int64)
-        if int(integers.max()) * array.shape[0] < 2**62:
-            return Fraction(int(integers.sum(axis=0).max()), 2**32)
-    best = Fraction(0)
-    for column in np.abs(array).T:
-        best = max(best, sum((Fraction(*float(x).as_integer_ratio()) for x in column), Fraction(0)))
-    return best
-
-
-def lifted_sensitivity(*, encoder_sensitivity: Fraction, alphas: Sequence[float]) -> Fraction:
-    """‖R_p‖₁→₁ = ‖B‖₁→₁·(1 + Σ_i 1/α_i), exactly (each float α_i is a rational).
-
-    Construction 2.4: the columns of R_{i+1} are those of R_i (and of R_i reversed) stacked over
-    (1/α_i)·B ⊗ 1ᵀ, so ‖R_{i+1}‖₁→₁ = ‖R_i‖₁→₁ + ‖B‖₁→₁/α_i (proof of Theorem 2.1)."""
-    total = Fraction(encoder_sensitivity)
-    for alpha in alphas:
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise InvalidInputError(f"lifting parameters must be positive and finite, got {alpha!r}")
-        total += Fraction(encoder_sensitivity) / Fraction(alpha)
-    return total
 
 
 def float_upper(value: Fraction) -> float:
@@ -266,19 +235,6 @@ def noise_reversed(engine: LiftedNoise, *, block: int = 4096) -> Iterator[float]
 # The lifting plan (α's) and the base.
 
 
-def lifting_alphas(*, base: Factorization, n: int, metric: str) -> list[float]:
-    """α₁ … α_{p−1} for lifting ``base`` to at least n rows (from ``lift.lift_plan``)."""
-    return [float(alpha) for alpha in lift_plan(base=base, n=n, metric=metric).alphas]
-
-
-def default_base_file(folder: str | os.PathLike = BASE_FOLDER) -> Path:
-    """The shipped MaxSE base of the largest k: ``folder``/k{K}_maxse.npz."""
-    candidates = {int(match.group(1)): path for path in Path(folder).glob("k*_maxse.npz") if (match := re.fullmatch(r"k(\d+)_maxse\.npz", path.name))}
-    if not candidates:
-        raise InvalidInputError(f"no shipped base factorization k*_maxse.npz in {folder}; pass a base file")
-    return candidates[max(candidates)]
-
-
 def base_digest(base: Factorization) -> str:
     """sha256 identifying a base: of its decoder's and encoder's float64 bytes and shapes."""
     decoder, encoder = base.dense()
@@ -314,7 +270,7 @@ def _check_steps(values, *, dimension: int) -> np.ndarray:
 
 
 class ContinualCounter:
-    """ε-DP continual counting with the lifted factorization (paper 001, Algorithm 3).
+    """ε-DP continual counting with the lifted factorization (Arkhipov & Kalinin, Algorithm 3).
 
     ``update(x)`` takes the next step (x ∈ {0,1}; for ``dimension`` d > 1 a vector in {0,1}^d
     with at most one 1) and returns the released running count(s) S_t + round(b·(L·z)_t), an
@@ -324,8 +280,8 @@ class ContinualCounter:
     Privacy guarantee: the released sequence is ε-differentially private with respect to
     changing the value of any one step (for d > 1: replacing one step's vector by another, an
     ℓ1 change of at most Δ = 2; for d = 1, Δ = 1), in the idealised model where L·z is computed
-    exactly: b = Δ·‖R_p‖₁→₁/ε with ‖R_p‖₁→₁ computed exactly from the base encoder and the α's
-    (``lifted_sensitivity``) and rounded up. The noise never depends on the data; it comes from
+    exactly: b = Δ·‖R_p[:, :horizon]‖₁→₁/ε with the norm computed exactly by the lift plan
+    (``LiftPlan.sensitivity_exact``) and rounded up. The noise never depends on the data; it comes from
     ``rng`` (a secure ``NoiseGenerator`` unless one is given: a seeded one is flagged by
     ``seeded``). Released values are integers.
 
@@ -351,6 +307,7 @@ class ContinualCounter:
         _lineage: str | None = None,
     ) -> None:
         self.base_file: str | None = None
+        self.certificate: str | None = None
         if not isinstance(base, Factorization):
             self.base_file = str(Path(base).resolve())
             base = Factorization.load(base)
@@ -360,24 +317,27 @@ class ContinualCounter:
         self.dimension = check_size(dimension, name="dimension")
         self.rng = rng if rng is not None else NoiseGenerator.secure()
         self.metric = metric or base.metric or "maxse"
-        if alphas is not None:  # otherwise lift_plan checks that the base factors T_k
-            base.validate()
-        else:
-            alphas = lifting_alphas(base=base, n=self.horizon, metric=self.metric)
-        self.alphas = [float(a) for a in alphas]
-        decoder, encoder = base.dense()
-        if levels_for(base_size=base.n, n=self.horizon) != len(self.alphas) + 1:
+        # The lift plan (which checks that the base factors T_k) gives the α's and the exact
+        # sensitivity ‖R_p[:, :horizon]‖₁→₁: one implementation, shared with ``compare`` and ``lift``.
+        self.plan = lift_plan(base=base, n=self.horizon, metric=self.metric)
+        self.alphas = [float(a) for a in self.plan.alphas]
+        if alphas is not None and [float(a) for a in alphas] != self.alphas:
             raise InvalidInputError(
-                f"{len(self.alphas)} lifting parameters give N_p = {lifted_size(base_size=base.n, levels=len(self.alphas) + 1)}"
-                f" rows, but the horizon {self.horizon} needs p = {levels_for(base_size=base.n, n=self.horizon)} levels"
+                f"the lifting parameters given ({len(alphas)}) are not the lift plan's for horizon {self.horizon} "
+                f"({len(self.alphas)}): the state or the base changed"
             )
+        decoder, _ = base.dense()
         self.step_sensitivity = 1 if self.dimension == 1 else 2
-        self.sensitivity = lifted_sensitivity(encoder_sensitivity=column_abs_sum_exact(encoder), alphas=self.alphas)
+        self.sensitivity = self.plan.sensitivity_exact
         self.scale = float_upper(self.step_sensitivity * self.sensitivity / Fraction(self.epsilon))
-        generators = [self.rng] if self.dimension == 1 else [
-            NoiseGenerator(key=hashlib.sha256(self.rng.key + i.to_bytes(4, "little")).digest(), seeded=self.rng.seeded)
-            for i in range(self.dimension)
-        ]
+        generators = (
+            [self.rng]
+            if self.dimension == 1
+            else [
+                NoiseGenerator(key=hashlib.sha256(self.rng.key + i.to_bytes(4, "little")).digest(), seeded=self.rng.seeded)
+                for i in range(self.dimension)
+            ]
+        )
         self._engines = [LiftedNoise(decoder=decoder, alphas=self.alphas, source=GeneratorSource(g)) for g in generators]
         self.base_sha256 = base_digest(base)
         self.released = check_size(_released, name="released", minimum=0, maximum=self.horizon)
@@ -419,9 +379,7 @@ class ContinualCounter:
         steps = _check_steps(values, dimension=self.dimension)
         m = steps.shape[0]
         if self.released + m > self.horizon:
-            raise InvalidInputError(
-                f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)"
-            )
+            raise InvalidInputError(f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)")
         if m == 0:
             return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
         sums = np.array(self._sums, dtype=np.int64) + np.cumsum(steps, axis=0)
@@ -467,6 +425,7 @@ class ContinualCounter:
             "base": {
                 "sha256": self.base_sha256,
                 "file": self.base_file,
+                "certificate": self.certificate,
                 "base_size": self.base.n,
                 "inner_size": self.base.inner_size,
             },
@@ -487,6 +446,8 @@ class ContinualCounter:
 
     def _persist(self, *, released: int, prefix_sums, last_release) -> None:
         """State first, then the ledger, both atomic: always ledger ≤ state on disk."""
+        if self.state_path is None:
+            raise StateFileError("the counter has no state file; call save_state first")
         record = self._record(released=released, prefix_sums=prefix_sums, last_release=last_release)
         atomic_write_text(self.state_path, json.dumps(record, sort_keys=True))
         atomic_write_text(_ledger(self.state_path), json.dumps({"lineage": self.lineage, "released": int(released)}))
@@ -502,6 +463,34 @@ class ContinualCounter:
         return path
 
     @classmethod
+    def from_certificate(
+        cls,
+        certificate: str | os.PathLike,
+        *,
+        epsilon: float,
+        horizon: int,
+        dimension: int = 1,
+        rng: NoiseGenerator | None = None,
+    ) -> ContinualCounter:
+        """A counter on the base factorization that ``certificate`` certifies (train → certify →
+        lift → count: the documented flow).
+
+        The certificate binds the base file by its sha256, and its claimed ‖R̃‖₁→₁ is re-checked
+        exactly against the encoder on its lattice (``certify.certified_sensitivity``, O(k²)); the
+        counter's own sensitivity is then the exact ‖R_p[:, :horizon]‖₁→₁ of the lift plan. The
+        accuracy claims are re-proved by ``pure-dp-mf verify``, not here.
+
+        Raises:
+            CertificateFileError, ClaimFailedError: an unreadable certificate, a base file whose
+                sha256 differs, or an encoder off the lattice or above the claimed sensitivity.
+        """
+        certificate_record = Certificate.read(certificate)
+        certified_sensitivity(path=certificate)
+        counter = cls(base=certificate_record.factorization_path, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng)
+        counter.certificate = str(Path(certificate).resolve())
+        return counter
+
+    @classmethod
     def resume(
         cls,
         path: str | os.PathLike,
@@ -510,7 +499,7 @@ class ContinualCounter:
         epsilon: float | None = None,
         horizon: int | None = None,
         rng: NoiseGenerator | None = None,
-    ) -> "ContinualCounter":
+    ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again. ``base`` (default: the file the state
         names), ``epsilon``, ``horizon`` and ``rng``, when given, must match the state."""
         record = read_state(path)
@@ -542,8 +531,38 @@ class ContinualCounter:
         if counter.scale.hex() != record["scale"]:
             raise StateFileError(f"{path}: the noise scale recomputed from the base differs from the state's")
         counter.last_release = record["last_release"]
+        counter.certificate = record["base"].get("certificate")
         counter.state_path = Path(path)
         return counter
+
+
+def format_release(released) -> str:
+    """One output line: the released count, or the d counts separated by spaces."""
+    return str(released) if isinstance(released, int) else " ".join(str(int(v)) for v in released)
+
+
+def open_release_log(path: Path, *, counter: ContinualCounter, resumed: bool) -> IO[str]:
+    """Open the release log ``path`` for appending so that it holds exactly the released steps, one
+    line each, across restarts (the exactly-once output of ``pure-dp-mf count --output``): after a kill
+    the state may be one step ahead of the file (released, not yet written): that step's value,
+    kept in the state, is written again (the same value, no new noise)."""
+    if not resumed:
+        if path.exists() and path.stat().st_size > 0:
+            raise InvalidInputError(f"{path} already exists and is not empty; the counter would append to it")
+        return open(path, "w", encoding="utf-8")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    complete = text[: text.rfind("\n") + 1]
+    lines = complete.count("\n")
+    stream = open(path, "a", encoding="utf-8")
+    if len(complete) != len(text):  # a partial last line
+        stream.truncate(len(complete.encode("utf-8")))
+    if lines == counter.released - 1 and counter.last_release is not None:
+        stream.write(format_release(counter.last_release if counter.dimension > 1 else counter.last_release[0]) + "\n")
+        stream.flush()
+    elif lines != counter.released:
+        stream.close()
+        raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
+    return stream
 
 
 def _checksum(record: dict) -> str:
@@ -556,8 +575,18 @@ def _ledger(path: Path) -> Path:
 
 
 _FIELDS = {
-    "lineage": str, "base": dict, "metric": str, "epsilon": str, "horizon": int, "dimension": int,
-    "alphas": list, "sensitivity": list, "scale": str, "generator": dict, "released": int, "prefix_sums": list,
+    "lineage": str,
+    "base": dict,
+    "metric": str,
+    "epsilon": str,
+    "horizon": int,
+    "dimension": int,
+    "alphas": list,
+    "sensitivity": list,
+    "scale": str,
+    "generator": dict,
+    "released": int,
+    "prefix_sums": list,
 }
 
 

@@ -1,4 +1,4 @@
-"""Tree mechanisms as factorizations T_n = L·R, with exact finite-n costs (paper 001, Table 1, App. C).
+"""Tree mechanisms as factorizations T_n = L·R, with exact finite-n costs (Arkhipov & Kalinin, Table 1, App. C).
 
 Five baselines, each (a) an explicit sparse factorization for every n ≥ 1 and (b) its exact
 costs ‖L‖₂→∞² (max row norm²), ‖L‖_F²/n (mean row norm²) and ‖R‖₁→₁ (sensitivity Δ) from a
@@ -8,7 +8,7 @@ closed form / digit dynamic programme in O(k·log n) integer operations, for any
 name                            prefix [1, t] is written as                        Table 1 (n → ∞)
 ==============================  =================================================  =================
 ``binary``                      binary digits of t (Dwork et al.; Chan et al.)      2 / 1
-``kary``                        base-k digits of t (refs. [5, 40] of paper 001)     32/log₂(17)³ / 16/log₂(17)³
+``kary``                        base-k digits of t (refs. [5, 40] of Arkhipov & Kalinin)     32/log₂(17)³ / 16/log₂(17)³
 ``kary-subtraction``            balanced base-k digits (Andersson–Pagh–Steiner–      16/log₂(17)³ /
                                 Torkamani): d_j ∈ [−⌊(k−1)/2⌋, k−1−⌊(k−1)/2⌋]      180/(19·log₂(19)³)
 ``smooth-binary``               data on the leaves of Hamming weight w = ⌈h/2⌉     0.25 / 0.25
@@ -56,9 +56,9 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse
 
-from pure_dp_mf import published
+from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorization import METRICS, Factorization
 from pure_dp_mf.validation import check_size
 
 MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
@@ -66,9 +66,6 @@ MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-k
 
 ARITY_MECHANISMS = ("kary", "kary-subtraction", "averaged-kary-subtraction")
 """The mechanisms that take an ``arity`` (k ≥ 2)."""
-
-TABLE1_CONSTANTS = {name: value for name, value in published.TABLE1.items() if name != "lifted"}
-"""Paper 001, Table 1: limits of MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³ (best arity per metric)."""
 
 MAX_EXPLICIT_N = 1 << 18
 """Largest n for which an explicit matrix is built; beyond, use ``tree_costs``."""
@@ -79,8 +76,6 @@ MAX_EXPLICIT_ENTRIES = 1 << 23
 ARITY_SEARCH_MAX = 128
 """``best_arity`` searches the arities 2 … min(n + 1, ARITY_SEARCH_MAX)."""
 
-METRICS = ("maxse", "meanse")
-
 
 # ---------------------------------------------------------------------------------- arguments
 
@@ -89,6 +84,13 @@ def _check_mechanism(mechanism: object) -> str:
     if mechanism not in MECHANISMS:
         raise InvalidInputError(f"unknown tree mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
     return mechanism  # type: ignore[return-value]
+
+
+def _required_arity(mechanism: str, arity: object) -> int:
+    """The arity of an arity mechanism (clear error when missing or not an integer ≥ 2)."""
+    if arity is None:
+        raise InvalidInputError(f"mechanism {mechanism!r} needs an arity (an integer ≥ 2; see trees.best_arity)")
+    return check_size(arity, name="arity", minimum=2)
 
 
 def _check_arity(mechanism: str, arity: object) -> int | None:
@@ -258,9 +260,7 @@ def _averaged_costs(n: int, k: int) -> tuple[int, Fraction, Fraction]:
     top = max(p for p in range(levels) if g[p])
     last = _averaged_row_norm4(n, n, k, levels)
     total = sum(g[p] * k**p * four_norm(p) for p in range(levels)) + four_norm(0) - four_norm(top) + last
-    candidates = [four_norm(0), last] + [
-        four_norm(p) for p in range(levels) if g[p] * k**p - (p == top) > 0
-    ]
+    candidates = [four_norm(0), last] + [four_norm(p) for p in range(levels) if g[p] * k**p - (p == top) > 0]
     return levels + 1, Fraction(max(candidates), 4), Fraction(total, 4)
 
 
@@ -320,9 +320,7 @@ def _smooth_costs(n: int) -> tuple[int, int, int, int, int]:
         for j in range(height)
         if last >> j & 1 and weight - (last >> (j + 1)).bit_count() <= j
     )
-    least_trailing = min(
-        r for r in range(weight) if (((1 << (weight - r)) - 1) << (r + 1)) | ((1 << r) - 1) <= last
-    )
+    least_trailing = min(r for r in range(weight) if (((1 << (weight - r)) - 1) << (r + 1)) | ((1 << r) - 1) <= last)
     trailing_sum = sum(_count_weight_upto(((last + 1) >> r) - 1, weight - r) - 1 for r in range(1, weight + 1))
     return height, weight, sensitivity, weight - least_trailing, n * weight - trailing_sum
 
@@ -368,9 +366,7 @@ def _assemble(n: int, parts, intervals, scale: int, metadata: dict) -> Factoriza
     node_low, lengths = low[first], high[first] - low[first]
     ends = np.cumsum(lengths)
     columns = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - lengths - node_low, lengths)
-    encoder = scipy.sparse.csr_matrix(
-        (np.ones(len(columns)), columns, np.concatenate(([0], ends))), shape=(len(unique), n)
-    )
+    encoder = scipy.sparse.csr_matrix((np.ones(len(columns)), columns, np.concatenate(([0], ends))), shape=(len(unique), n))
     return Factorization(decoder=decoder, encoder=encoder, metadata=metadata)
 
 
@@ -407,7 +403,7 @@ def kary_tree(*, n: int, arity: int) -> Factorization:
     node containing them); the last child of a node is never used and not stored. L, R are 0/1.
     Δ = number of base-k digits of n; ‖L‖₂→∞² = max digit sum of t ≤ n.
     """
-    arity = _check_arity("kary", arity)
+    arity = _required_arity("kary", arity)
     n = _check_explicit_n(n, "kary", arity)
     return _digit_tree(n, arity, 0, "kary", arity)
 
@@ -420,13 +416,13 @@ def kary_subtraction_tree(*, n: int, arity: int) -> Factorization:
     subtracts |d_j| nodes left of it. Nodes reaching beyond n are cut at n; subtracted nodes lying
     wholly beyond n are dropped. L ∈ {0, ±1}, R 0/1, Δ = H = least H with n ≤ (k−1−a)(k^H−1)/(k−1).
     """
-    arity = _check_arity("kary-subtraction", arity)
+    arity = _required_arity("kary-subtraction", arity)
     n = _check_explicit_n(n, "kary-subtraction", arity)
     return _digit_tree(n, arity, (arity - 1) // 2, "kary-subtraction", arity)
 
 
 def averaged_kary_tree(*, n: int, arity: int) -> Factorization:
-    """The averaged k-ary tree with subtraction (paper 001, App. C.3; Imola et al.'s code).
+    """The averaged k-ary tree with subtraction (Arkhipov & Kalinin, App. C.3; Imola et al.'s code).
 
     Row t is ½·(k-ary decomposition of [1, t]) + ½·(root − k-ary decomposition of the suffix
     (t, k^H]), H = ⌈log_k n⌉, with independent noise on every node: the node of the suffix's
@@ -434,7 +430,7 @@ def averaged_kary_tree(*, n: int, arity: int) -> Factorization:
     0) plus ½ on the root, so 4‖L_t‖² ≤ 2 + (k−1)·H and Δ = H + 1 (root included). L has entries
     0, ±½, 1 (exact in float64); R is 0/1.
     """
-    arity = _check_arity("averaged-kary-subtraction", arity)
+    arity = _required_arity("averaged-kary-subtraction", arity)
     n = _check_explicit_n(n, "averaged-kary-subtraction", arity)
     levels, parts = _averaged_entries(n, arity)
     metadata = {"mechanism": "averaged-kary-subtraction", "arity": arity, "levels": levels, "made_by": "pure_dp_mf.trees"}
@@ -470,7 +466,7 @@ def tree_factorization(*, mechanism: str, n: int, arity: int | None = None) -> F
     if mechanism == "smooth-binary":
         return smooth_binary_tree(n=n)
     builder = {"kary": kary_tree, "kary-subtraction": kary_subtraction_tree, "averaged-kary-subtraction": averaged_kary_tree}
-    return builder[mechanism](n=n, arity=arity)
+    return builder[mechanism](n=n, arity=_required_arity(mechanism, arity))
 
 
 # -------------------------------------------------------------------------------------- costs
@@ -512,27 +508,25 @@ class TreeCosts:
 
     def max_se_constant(self) -> float:
         """MaxSE·ε²/log₂(n)³ (NaN for n = 1)."""
-        return _constant(2 * self.c2_squared, self.n)
+        return leading_constant(2 * self.c2_squared, n=self.n)
 
     def mean_se_constant(self) -> float:
         """MeanSE·ε²/log₂(n)³ (NaN for n = 1)."""
-        return _constant(2 * self.cf_squared, self.n)
-
-
-def _constant(error: Fraction, n: int) -> float:
-    return float(error) / math.log2(n) ** 3 if n >= 2 else math.nan
+        return leading_constant(2 * self.cf_squared, n=self.n)
 
 
 @functools.lru_cache(maxsize=4096)
 def _tree_costs(mechanism: str, n: int, arity: int | None) -> TreeCosts:
+    maximum: Fraction
+    mean: Fraction
     if mechanism == "smooth-binary":
         height, _, sensitivity, top, total = _smooth_costs(n)
         levels, maximum, mean = height, Fraction(top), Fraction(total, n)
     elif mechanism == "averaged-kary-subtraction":
-        sensitivity, maximum, total = _averaged_costs(n, arity)
-        levels, mean = sensitivity - 1, total / n
+        sensitivity, maximum, total_norms = _averaged_costs(n, _required_arity(mechanism, arity))
+        levels, mean = sensitivity - 1, total_norms / n
     else:
-        k = 2 if mechanism == "binary" else arity
+        k = 2 if mechanism == "binary" else _required_arity(mechanism, arity)
         a = (k - 1) // 2 if mechanism == "kary-subtraction" else 0
         levels, top, total = _offset_costs(n, k, a)
         sensitivity, maximum, mean = levels, Fraction(top), Fraction(total, n)

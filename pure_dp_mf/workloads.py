@@ -1,10 +1,10 @@
-"""Workload matrices (paper 001, section 1; DESIGN.md notation).
+"""Workload matrices (Arkhipov & Kalinin, section 1; docs/architecture.md "Notation").
 
 * ``prefix_sum(n)``: T_n, the n×n lower-triangular all-ones matrix, (T_n x)_t = x_1 + … + x_t.
 * ``strictly_upper(n)``: U_n, the n×n strictly upper-triangular all-ones matrix.
 * ``reversal(n)``: E, the n×n anti-identity (E x reverses x).
 * ``momentum(n)``, ``momentum_cooldown(n)``, ``sgd_workload(n, ...)``: Gaussian-side optimizer
-  workloads of paper 000 section 5 (float64 only; see below).
+  workloads of Choquette-Choo et al. section 5 (float64 only; see below).
 
 The first three come in an exact form (``exact=True``: int64 entries, usable with exact arithmetic) and a
 float64 form.
@@ -41,7 +41,7 @@ def reversal(n: int, *, exact: bool = False) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# Gaussian side (paper 000, section 5): SGD with momentum and a learning-rate schedule.
+# Gaussian side (Choquette-Choo et al., section 5): SGD with momentum and a learning-rate schedule.
 #
 # With heavy-ball momentum m_s = β·m_{s−1} + x_s and steps θ_t = θ_{t−1} − η_t·m_t, the model
 # after t steps is θ_0 − Σ_{s≤t} η_s·m_s, a linear function of the gradient stream x:
@@ -57,7 +57,7 @@ def cooldown_learning_rates(
     n: int, *, cooldown_fraction: float = DEFAULT_COOLDOWN_FRACTION, final_learning_rate: float = DEFAULT_FINAL_LEARNING_RATE
 ) -> np.ndarray:
     """η: 1.0 on the first steps, then linear from 1.0 to ``final_learning_rate`` over the last
-    round(cooldown_fraction·n) steps (both ends included), as in paper 000 §5.3 / F.2."""
+    round(cooldown_fraction·n) steps (both ends included), as in Choquette-Choo et al. §5.3 / F.2."""
     n = check_size(n, name="n")
     if not 0 <= cooldown_fraction <= 1:
         raise InvalidInputError(f"cooldown_fraction must be in [0, 1], got {cooldown_fraction!r}")
@@ -66,7 +66,7 @@ def cooldown_learning_rates(
     rates = np.ones(n)
     steps = int(round(cooldown_fraction * n))
     if steps >= 2:
-        rates[n - steps:] = np.linspace(1.0, final_learning_rate, steps)
+        rates[n - steps :] = np.linspace(1.0, final_learning_rate, steps)
     elif steps == 1:
         rates[-1] = final_learning_rate
     return rates
@@ -115,3 +115,28 @@ def toeplitz_square_root(n: int) -> np.ndarray:
         coefficients[j] = coefficients[j - 1] * (2 * j - 1) / (2 * j)
     index = np.subtract.outer(np.arange(n), np.arange(n))
     return np.where(index >= 0, coefficients[np.clip(index, 0, None)], 0.0)
+
+
+_BUILDERS = {
+    "prefix": lambda n, beta: prefix_sum(n),
+    "momentum": lambda n, beta: momentum(n, momentum=beta),
+    "momentum-cooldown": lambda n, beta: momentum_cooldown(n, momentum=beta),
+}
+WORKLOADS = tuple(_BUILDERS)
+"""The named workloads of ``workload`` (and of ``pure-dp-mf multi-epoch optimize --workload``)."""
+
+
+def workload(name: str, *, n: int, momentum: float = DEFAULT_MOMENTUM) -> np.ndarray:
+    """The workload matrix called ``name`` (one of ``WORKLOADS``) at size n.
+
+    Raises:
+        InvalidInputError: for an unknown name (the message lists the known ones).
+    """
+    if name not in _BUILDERS:
+        raise InvalidInputError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")
+    return _BUILDERS[name](n, momentum)
+
+
+def workload_name(name: str, *, momentum: float = DEFAULT_MOMENTUM) -> str:
+    """The label recorded for a workload: the name, with β for the momentum workloads."""
+    return name if name == "prefix" else f"{name}(beta={momentum})"

@@ -28,9 +28,10 @@ from pure_dp_mf.audit import (
     pair_loss,
 )
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 ROOT = Path(__file__).resolve().parents[1]
-K4 = ROOT / "base_factorizations" / "k004_maxse.npz"
+K4 = BASES / "k004_maxse.npz"
 ALPHA = 1e-6
 
 
@@ -125,8 +126,13 @@ def test_real_counters_are_not_contradicted(mechanism, n, arity, base, trials):
 def _laplace_target(base: AuditTarget, *, name: str, noise) -> AuditTarget:
     """A broken counter claiming ``base``'s law while releasing ``noise(trials, seed)``."""
     return AuditTarget(
-        name=name, epsilon=base.epsilon, workload=base.workload, decoder=base.decoder, scale=base.scale,
-        sample_noise=noise, description=f"broken: {name}",
+        name=name,
+        epsilon=base.epsilon,
+        workload=base.workload,
+        decoder=base.decoder,
+        scale=base.scale,
+        sample_noise=noise,
+        description=f"broken: {name}",
     )
 
 
@@ -146,7 +152,7 @@ def test_halved_noise_scale_is_flagged():
     assert report.contradicted and report.epsilon_lower > 1.1, report.statement
 
 
-@pytest.mark.parametrize("base", [K4, ROOT / "base_factorizations" / "k128_maxse.npz"], ids=["k4", "k128"])
+@pytest.mark.parametrize("base", [K4, BASES / "k128_maxse.npz"], ids=["k4", "k128"])
 def test_halved_noise_scale_of_the_lifted_counter_is_flagged(base):
     if not base.exists():
         pytest.skip(f"{base.name} is not shipped")
@@ -201,7 +207,12 @@ def test_noise_redrawn_after_resume_and_averaged_is_flagged():
         return np.hstack([first, (first[:, :1] + second[:, :1]) / 2])
 
     target = AuditTarget(
-        name="redraw", epsilon=1.0, workload=workload, decoder=decoder, scale=real.scale, sample_noise=redrawn,
+        name="redraw",
+        epsilon=1.0,
+        workload=workload,
+        decoder=decoder,
+        scale=real.scale,
+        sample_noise=redrawn,
         description="broken: redraw after resume",
     )
     report = audit(target, trials=60_000, seed=4, pairs=_first(n))
@@ -283,7 +294,22 @@ def _main(capsys, monkeypatch, *arguments: str):
 
 
 def test_cli_json_report(capsys, monkeypatch):
-    code, out, err = _main(capsys, monkeypatch, "audit", "--mechanism", "binary", "--n", "8", "--epsilon", "1", "--trials", "2000", "--seed", "3", "--json")
+    code, out, err = _main(
+        capsys,
+        monkeypatch,
+        "audit",
+        "--mechanism",
+        "binary",
+        "--n",
+        "8",
+        "--epsilon",
+        "1",
+        "--trials",
+        "2000",
+        "--seed",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["mechanism"] == "binary" and report["n"] == 8 and report["trials"] == 2000 and not report["contradicted"]
@@ -311,8 +337,21 @@ def test_cli_bad_arguments(capsys, monkeypatch, arguments, message):
 
 def test_cli_exit_code_through_the_script():
     result = subprocess.run(
-        [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "audit", "--mechanism", "kary", "--n", "4", "--epsilon", "0"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from pure_dp_mf.cli import main; main()",
+            "audit",
+            "--mechanism",
+            "kary",
+            "--n",
+            "4",
+            "--epsilon",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and result.stderr.startswith("error: ") and result.stdout == ""
 

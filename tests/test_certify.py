@@ -1,9 +1,8 @@
-"""Certificates (issue 5): certify, verify, soundness, corrupt inputs, shipped certificates."""
+"""Certificates : certify, verify, soundness, corrupt inputs, shipped certificates."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
@@ -12,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
+from fraction_certifier import fraction_decoder_bound
 from typer.testing import CliRunner
 
-from conftest import ROOT, run_cli
 from pure_dp_mf import exact
 from pure_dp_mf.certify import (
     Certificate,
@@ -28,6 +28,8 @@ from pure_dp_mf.certify import (
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization, decoder_from_encoder
+from pure_dp_mf.resources import BASE_FOLDER as BASES
+from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
 from pure_dp_mf.workloads import toeplitz_square_root
 
 CLAIMS = {
@@ -155,19 +157,12 @@ def test_k4_certificate_rechecked_with_pure_fractions(tmp_path, metric):
     assert lifted <= claims["lifted_constant"] <= lifted * (1 + Fraction(1, 10**9))
 
 
-def _fraction_baseline():
-    spec = importlib.util.spec_from_file_location("bench_certify", ROOT / "benchmarks" / "bench_certify.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fraction_decoder_bound
-
-
 @pytest.mark.parametrize("metric", ["maxse", "meanse"])
 def test_fast_certifier_equals_a_fraction_implementation_of_the_same_steps(tmp_path, metric):
     encoder = perturbed_on_grid(7, seed=21)
     factorization = save(tmp_path / "k7.npz", encoder, metric)
     certificate = certify_factorization(path=factorization)
-    expected = _fraction_baseline()(encoder, decoder_from_encoder(encoder), grid_bits=32, metric=metric)
+    expected = fraction_decoder_bound(encoder, decoder_from_encoder(encoder), grid_bits=32, metric=metric)
     assert certificate.certifier_record["decoder_norm"].value == expected
 
 
@@ -232,6 +227,7 @@ def _lower_decimal(text: str) -> str:
 def test_lowering_any_claim_makes_verify_fail(certified, tmp_path, metric):
     path = certified[metric][0]
     for name in CLAIMS[metric]:
+
         def consistent(document, name=name):  # lower the fraction by 10^-9 relative, decimal to match
             value = Fraction(int(document["claims"][name]["numerator"]), int(document["claims"][name]["denominator"]))
             lowered = exact.decimal_ceil(value * (1 - Fraction(1, 10**9)), digits=12)
@@ -248,9 +244,13 @@ def test_lowering_any_claim_makes_verify_fail(certified, tmp_path, metric):
                 verify_certificate(path=edited(path, tmp_path / "edited.json", change))
             assert failure.value.claim == name, (name, change.__name__, str(failure.value))
     for name, x in (("k", 12), ("2k+1", 25)):  # a log₂ lower bound raised above log₂x
+
         def raised(document, name=name):
             value = exact.fraction_from_json(document["log2_lower_bounds"][name]) + Fraction(1, 2**40)
-            document["log2_lower_bounds"][name] = {**exact.fraction_to_json(value), "decimal": exact.decimal_string(exact.decimal_floor(value))}
+            document["log2_lower_bounds"][name] = {
+                **exact.fraction_to_json(value),
+                "decimal": exact.decimal_string(exact.decimal_floor(value)),
+            }
 
         with pytest.raises(ClaimFailedError, match=re.escape(f"log2_lower_bound {name}")):
             verify_certificate(path=edited(path, tmp_path / "edited.json", raised))
@@ -285,7 +285,9 @@ def test_a_certificate_for_another_file_or_grid_is_refused(certified, tmp_path):
     with pytest.raises(ClaimFailedError, match="grid_bits"):
         verify_certificate(path=edited(path, tmp_path / "c.json", coarse))
     with pytest.raises(ClaimFailedError, match="'n'"):
-        verify_certificate(path=edited(path, tmp_path / "d.json", lambda d: d["factorization"].update(file=str(certified["maxse"][1]), n=13)))
+        verify_certificate(
+            path=edited(path, tmp_path / "d.json", lambda d: d["factorization"].update(file=str(certified["maxse"][1]), n=13))
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,9 +295,23 @@ def test_a_certificate_for_another_file_or_grid_is_refused(certified, tmp_path):
 
 
 REQUIRED = [
-    "format", "factorization", "factorization.file", "factorization.sha256", "factorization.n", "factorization.metric",
-    "factorization.grid_bits", "claims", "log2_lower_bounds", "log2_lower_bounds.k", "log2_lower_bounds.2k+1",
-    "certifier_record", "float64", "library_version", "created", "timings", "command",
+    "format",
+    "factorization",
+    "factorization.file",
+    "factorization.sha256",
+    "factorization.n",
+    "factorization.metric",
+    "factorization.grid_bits",
+    "claims",
+    "log2_lower_bounds",
+    "log2_lower_bounds.k",
+    "log2_lower_bounds.2k+1",
+    "certifier_record",
+    "float64",
+    "library_version",
+    "created",
+    "timings",
+    "command",
 ] + [f"claims.{name}" for name in CLAIMS["maxse"]]
 
 
@@ -311,6 +327,7 @@ def test_corrupt_certificates_give_clear_errors(certified, tmp_path):
     with pytest.raises(CertificateFileError, match="not a JSON object"):
         verify_certificate(path=tmp_path / "list.json")
     for dotted in REQUIRED:
+
         def drop(document, dotted=dotted):
             *parents, last = dotted.split(".")
             target = document
@@ -353,7 +370,12 @@ def test_certified_sensitivity_is_the_exact_fraction_and_is_rechecked(tmp_path):
     expected = max(sum(abs(Fraction(float(v))) for v in column) for column in encoder.T)
     assert isinstance(value, Fraction) and value == expected
     with pytest.raises(ClaimFailedError, match="encoder_max_column_sum"):
-        lowered = lambda d: d["claims"]["encoder_max_column_sum"].update(numerator=str(int(d["claims"]["encoder_max_column_sum"]["numerator"]) - 1))  # noqa: E731
+
+        def lowered(d):
+            return d["claims"]["encoder_max_column_sum"].update(
+                numerator=str(int(d["claims"]["encoder_max_column_sum"]["numerator"]) - 1)
+            )
+
         certified_sensitivity(path=edited(tmp_path / "k5.json", tmp_path / "low.json", lowered))
     save(factorization, perturbed_on_grid(5, seed=10), "maxse")
     with pytest.raises(ClaimFailedError, match="sha256"):
@@ -392,17 +414,19 @@ def test_cli_certify_and_verify(tmp_path):
 # shipped certificates
 
 
-SHIPPED = sorted((ROOT / "certificates").glob("*.json"))
+SHIPPED = sorted((CERTIFICATES).glob("*.json"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_certificate_verifies(path):
     result = verify_certificate(path=path)
-    assert result.factorization_path.parent == (ROOT / "base_factorizations").resolve()
+    assert result.factorization_path.parent == (BASES).resolve()
 
 
-@pytest.mark.parametrize("factorization", sorted((ROOT / "base_factorizations").glob("k*.npz")), ids=lambda p: p.name)
+@pytest.mark.parametrize("factorization", sorted((BASES).glob("k*.npz")), ids=lambda p: p.name)
 def test_every_shipped_factorization_has_a_certificate(factorization):
-    certificate = ROOT / "certificates" / f"{factorization.stem}.json"
-    assert certificate.exists(), f"no certificate for {factorization.name}: run pure-dp-mf certify {factorization} --out {certificate}"
+    certificate = CERTIFICATES / f"{factorization.stem}.json"
+    assert certificate.exists(), (
+        f"no certificate for {factorization.name}: run pure-dp-mf certify {factorization} --out {certificate}"
+    )
     assert Certificate.read(certificate).factorization_path == factorization.resolve()

@@ -1,4 +1,4 @@
-"""The comparison table (paper 001, Table 1) at finite n, its plot, and `pure-dp-mf compare`."""
+"""The comparison table (Arkhipov & Kalinin, Table 1) at finite n, its plot, and `pure-dp-mf compare`."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
+from conftest import run_cli
 from typer.testing import CliRunner
 
-from conftest import run_cli
-from pure_dp_mf import compare, trees
+from pure_dp_mf import compare, reports, trees
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError
 
@@ -41,7 +41,11 @@ def test_rows_are_exact_tree_errors_sorted():
 
 def test_extra_row_providers_join_the_table():
     def lifted(*, n, epsilon):
-        return [compare.ComparisonRow.from_errors(mechanism="lifted", arity=None, n=n, epsilon=epsilon, max_se=1.0, mean_se=0.5, source="test")]
+        return [
+            compare.ComparisonRow.from_errors(
+                mechanism="lifted", arity=None, n=n, epsilon=epsilon, max_se=1.0, mean_se=0.5, source="test"
+            )
+        ]
 
     rows = compare.comparison_rows(n=64, providers=[compare.tree_rows, lifted])
     assert rows[0].mechanism == "lifted" and rows[0].max_se_constant == 1.0 / 6**3
@@ -50,12 +54,10 @@ def test_extra_row_providers_join_the_table():
 
 
 def test_default_table_has_trees_and_the_lifted_mechanism():
-    from pure_dp_mf.lift import lifted_comparison_rows
-
     rows = compare.comparison_rows(n=2**30, epsilon=0.5)
     assert {row.mechanism for row in rows} == set(trees.MECHANISMS) | {"lifted"}
     lifted = [row for row in rows if row.mechanism == "lifted"]
-    assert lifted == lifted_comparison_rows(n=2**30, epsilon=0.5)
+    assert lifted == compare.lifted_rows(n=2**30, epsilon=0.5)
     assert sorted(metric for row in lifted for metric in row.best_for) == ["maxse", "meanse"]
 
 
@@ -68,15 +70,17 @@ def test_n_one_and_bad_input():
 
 
 def test_plot(tmp_path):
-    path = compare.plot_leading_constants(path=tmp_path / "constants.png", exponents=[4, 6])
+    path = reports.plot_leading_constants(path=tmp_path / "constants.png", exponents=[4, 6])
     assert path.read_bytes().startswith(PNG_SIGNATURE)
     series = compare.leading_constant_series(exponents=[6])
     assert list(series) == [*trees.MECHANISMS, "lifted"]
     row = series["kary"][0]
-    best = [trees.tree_costs(mechanism="kary", n=64, arity=trees.best_arity(mechanism="kary", n=64, metric=m)) for m in trees.METRICS]
+    best = [
+        trees.tree_costs(mechanism="kary", n=64, arity=trees.best_arity(mechanism="kary", n=64, metric=m)) for m in trees.METRICS
+    ]
     assert row == (6, best[0].max_se_constant(), best[1].mean_se_constant())
     with pytest.raises(InvalidInputError, match="does not exist"):
-        compare.plot_leading_constants(path=tmp_path / "missing" / "x.png", exponents=[4])
+        reports.plot_leading_constants(path=tmp_path / "missing" / "x.png", exponents=[4])
 
 
 def test_cli_json_and_table():
@@ -94,7 +98,9 @@ def test_cli_json_and_table():
 def test_cli_plot(tmp_path, monkeypatch):
     import pure_dp_mf.cli.compare as command
 
-    monkeypatch.setattr(command, "plot_leading_constants", functools.partial(compare.plot_leading_constants, exponents=range(4, 7)))
+    monkeypatch.setattr(
+        command, "plot_leading_constants", functools.partial(reports.plot_leading_constants, exponents=range(4, 7))
+    )
     result = CliRunner().invoke(app, ["compare", "--n", "100", "--plot", str(tmp_path / "c.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "c.png").read_bytes().startswith(PNG_SIGNATURE)

@@ -1,4 +1,4 @@
-"""Costs of hand-computed factorizations, exactly and in float64 (paper 001, section 1.1)."""
+"""Costs of hand-computed factorizations, exactly and in float64 (Arkhipov & Kalinin, section 1.1)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.sparse
+from conftest import dyadic_binary_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import dyadic_binary_tree
 from pure_dp_mf import costs
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.workloads import prefix_sum, reversal, strictly_upper
@@ -30,17 +30,17 @@ def test_workloads():
 
 @pytest.mark.parametrize("n", [1, 2, 5, 16])
 def test_trivial_factorizations(n):
-    T, I = prefix_sum(n, exact=True), np.eye(n, dtype=np.int64)
+    T, identity = prefix_sum(n, exact=True), np.eye(n, dtype=np.int64)
     # T_n = T_n · I: the input-perturbation-free "noise on every prefix" mechanism.
     assert costs.max_row_norm_squared_exact(T) == n
-    assert costs.max_column_abs_sum_exact(I) == 1
-    assert costs.c2_squared_exact(decoder=T, encoder=I) == n
-    assert costs.cf_squared_exact(decoder=T, encoder=I) == Fraction(n * (n + 1), 2 * n)
+    assert costs.max_column_abs_sum_exact(identity) == 1
+    assert costs.c2_squared_exact(decoder=T, encoder=identity) == n
+    assert costs.cf_squared_exact(decoder=T, encoder=identity) == Fraction(n * (n + 1), 2 * n)
     # T_n = I · T_n: noise on every input.
     assert costs.max_column_abs_sum_exact(T) == n
-    assert costs.c2_squared_exact(decoder=I, encoder=T) == n * n
-    assert costs.cf_squared_exact(decoder=I, encoder=T) == n * n
-    assert costs.max_se_exact(decoder=I, encoder=T, epsilon=Fraction(1, 2)) == 8 * n * n
+    assert costs.c2_squared_exact(decoder=identity, encoder=T) == n * n
+    assert costs.cf_squared_exact(decoder=identity, encoder=T) == n * n
+    assert costs.max_se_exact(decoder=identity, encoder=T, epsilon=Fraction(1, 2)) == 8 * n * n
 
 
 @pytest.mark.parametrize(
@@ -80,14 +80,18 @@ def test_float_and_exact_agree(matrices):
     floats = {name: np.array(m, dtype=float) for name, m in (("L", L), ("R", R))}
     assert float(costs.max_row_norm_squared_exact(L)) == pytest.approx(costs.max_row_norm(floats["L"]) ** 2, rel=1e-12, abs=1e-12)
     assert float(costs.max_column_abs_sum_exact(R)) == pytest.approx(costs.max_column_abs_sum(floats["R"]), rel=1e-12, abs=1e-12)
-    assert float(costs.frobenius_norm_squared_exact(L)) == pytest.approx(costs.frobenius_norm(floats["L"]) ** 2, rel=1e-12, abs=1e-12)
+    assert float(costs.frobenius_norm_squared_exact(L)) == pytest.approx(
+        costs.frobenius_norm(floats["L"]) ** 2, rel=1e-12, abs=1e-12
+    )
 
 
-def test_exact_refuses_floats_and_leading_constant_needs_n_at_least_2():
+def test_exact_refuses_floats_and_leading_constant_is_nan_at_n_1():
     with pytest.raises(InvalidInputError, match="Fraction"):
         costs.max_row_norm_squared_exact(np.ones((2, 2)))
-    with pytest.raises(InvalidInputError, match="n >= 2"):
-        costs.leading_constant(1.0, n=1)
+    assert math.isnan(costs.leading_constant(1.0, n=1))
+    assert costs.leading_constant(Fraction(27, 2), n=8, epsilon=2.0) == 2.0
+    with pytest.raises(InvalidInputError, match="n >= 1"):
+        costs.leading_constant(1.0, n=0)
     with pytest.raises(InvalidInputError, match="inner sizes"):
         costs.factorization_costs(decoder=np.ones((3, 2)), encoder=np.ones((3, 3)))
     with pytest.raises(InvalidInputError, match="epsilon"):

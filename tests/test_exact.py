@@ -1,4 +1,4 @@
-"""Exact primitives of certificates (issue 5): grids, square roots, logarithms, decimals, JSON."""
+"""Exact primitives of certificates : grids, square roots, logarithms, decimals, JSON."""
 
 from __future__ import annotations
 

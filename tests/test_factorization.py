@@ -1,4 +1,4 @@
-"""Factorization files: round trips and every kind of bad input (issue: foundation)."""
+"""Factorization files: round trips and every kind of bad input."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse
-
 from conftest import dyadic_binary_tree, run_cli
+
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorization import Factorization, array_sha256
 from pure_dp_mf.workloads import toeplitz_square_root
@@ -118,8 +118,13 @@ def test_nan_and_not_a_factorization(tmp_path):
     # a file whose arrays carry NaN (hashes consistent) is refused on load
     path = tmp_path / "nan.npz"
     metadata = {
-        "format": "pure_dp_mf.factorization/1", "n": 4, "inner_size": 7,
-        "arrays": {name: {"shape": list(a.shape), "dtype": "float64", "sha256": array_sha256(a)} for name, a in (("decoder", L), ("encoder", R))},
+        "format": "pure_dp_mf.factorization/1",
+        "n": 4,
+        "inner_size": 7,
+        "arrays": {
+            name: {"shape": list(a.shape), "dtype": "float64", "sha256": array_sha256(a)}
+            for name, a in (("decoder", L), ("encoder", R))
+        },
     }
     _write_raw(path, {"decoder": L, "encoder": R}, metadata)
     with pytest.raises(FactorizationFileError, match="NaN"):

@@ -21,17 +21,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pure_dp_mf.certify import Certificate, verify_certificate
 from pure_dp_mf.errors import PureDPMFError
 from pure_dp_mf.factorization import FORMAT, Factorization, array_sha256
 from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.resources import BASE_FOLDER as BASES
+from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
 from pure_dp_mf.stream import ContinualCounter, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "base_factorizations" / "k004_maxse.npz"
-CERTIFICATE = ROOT / "certificates" / "k004_maxse.json"
+BASE = BASES / "k004_maxse.npz"
+CERTIFICATE = CERTIFICATES / "k004_maxse.json"
 # Deterministic in CI; PURE_DP_MF_FUZZ_EXAMPLES=200 PURE_DP_MF_FUZZ_RANDOM=1 for a longer, random bug hunt.
 EXAMPLES = int(os.environ.get("PURE_DP_MF_FUZZ_EXAMPLES", "12"))
 RANDOM = os.environ.get("PURE_DP_MF_FUZZ_RANDOM") == "1"
@@ -102,8 +105,11 @@ def npz_bytes(encoder: np.ndarray, decoder: np.ndarray | None = None, *, n=None,
     arrays = {"encoder": encoder} if decoder is None else {"encoder": encoder, "decoder": decoder}
     shape = encoder.shape if encoder.ndim == 2 else (0, 0)
     metadata = {
-        "format": FORMAT, "n": n if n is not None else int(shape[1]), "inner_size": inner_size if inner_size is not None else int(shape[0]),
-        "metric": "maxse", "dtype": str(encoder.dtype),
+        "format": FORMAT,
+        "n": n if n is not None else int(shape[1]),
+        "inner_size": inner_size if inner_size is not None else int(shape[0]),
+        "metric": "maxse",
+        "dtype": str(encoder.dtype),
         "arrays": {k: {"shape": list(a.shape), "dtype": str(a.dtype), "sha256": array_sha256(a)} for k, a in arrays.items()},
     }
     buffer = io.BytesIO()
@@ -151,7 +157,10 @@ def _commands_reading_a_factorization(path: Path, out: Path) -> list[tuple[list[
         (["lift", str(path), "--n", "100"], {}),
         (["lower-bound", str(path)], {"verdicts": (1, 3)}),
         (["count", "--base", str(path), "--epsilon", "1", "--horizon", "3", "--seed", "1"], {"streamed": True}),
-        (["audit", "--mechanism", "lifted", "--base", str(path), "--n", "4", "--epsilon", "1", "--trials", "200"], {"verdicts": (1,)}),
+        (
+            ["audit", "--mechanism", "lifted", "--base", str(path), "--n", "4", "--epsilon", "1", "--trials", "200"],
+            {"verdicts": (1,)},
+        ),
     ]
 
 
@@ -208,7 +217,11 @@ VALID_CERTIFICATE = CERTIFICATE.read_bytes()
 
 def _json_mutations():
     scalar = st.one_of(st.none(), st.booleans(), st.integers(-(10**30), 10**30), st.floats(allow_nan=True), st.text(max_size=20))
-    return st.recursive(scalar, lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)), max_leaves=12)
+    return st.recursive(
+        scalar,
+        lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)),
+        max_leaves=12,
+    )
 
 
 @st.composite
@@ -259,7 +272,9 @@ def test_corrupted_certificates(folder, data):
 
 @pytest.fixture(scope="module")
 def valid_state(folder):
-    counter = ContinualCounter(base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, rng=NoiseGenerator.from_seed(3))
+    counter = ContinualCounter(
+        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, rng=NoiseGenerator.from_seed(3)
+    )
     path = counter.save_state(folder / "valid_state.json")
     counter.counts([1, 0])
     return path.read_bytes()
@@ -284,7 +299,14 @@ def test_corrupted_state_files(folder, valid_state, data):
 
 
 @FUZZ
-@given(text=st.one_of(st.text(max_size=200), st.lists(st.sampled_from(["0", "1", "2", "-1", "nan", "inf", "1e400", "0.5", "x", "1,0", "", " ", "\x00"]), max_size=12).map("\n".join)))
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(["0", "1", "2", "-1", "nan", "inf", "1e400", "0.5", "x", "1,0", "", " ", "\x00"]), max_size=12
+        ).map("\n".join),
+    )
+)
 def test_count_input_streams(text):
     code, out, err = run_cli("count", "--epsilon", "1", "--horizon", "8", "--seed", "2", stdin=text)
     assert_clean(code, out, err, streamed=True)
@@ -293,7 +315,17 @@ def test_count_input_streams(text):
         assert len(out.splitlines()) == len(lines)
 
 
-@pytest.mark.parametrize("arguments", [["--epsilon", "nan"], ["--epsilon", "0"], ["--horizon", "0"], ["--horizon", "-5"], ["--horizon", "2.5"], ["--dimension", "0"]])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--epsilon", "nan"],
+        ["--epsilon", "0"],
+        ["--horizon", "0"],
+        ["--horizon", "-5"],
+        ["--horizon", "2.5"],
+        ["--dimension", "0"],
+    ],
+)
 def test_count_bad_numbers(arguments):
     base = {"--epsilon": "1", "--horizon": "4"}
     for flag, value in zip(arguments[::2], arguments[1::2]):
@@ -314,13 +346,37 @@ def test_corrupted_training_checkpoints(folder, data):
     with pytest.raises(PureDPMFError):
         load_checkpoint(path)
     code, out, err = run_cli(
-        "train", "--base-size", "4", "--metric", "maxse", "--out", str(folder / "t.npz"), "--resume", str(path),
-        "--adam-steps", "1", "--lbfgs-steps", "0", "--no-progress",
+        "train",
+        "--base-size",
+        "4",
+        "--metric",
+        "maxse",
+        "--out",
+        str(folder / "t.npz"),
+        "--resume",
+        str(path),
+        "--adam-steps",
+        "1",
+        "--lbfgs-steps",
+        "0",
+        "--no-progress",
     )
     assert_clean_failure(code, out, err)
     code, out, err = run_cli(
-        "train", "--base-size", "4", "--metric", "maxse", "--out", str(folder / "t.npz"), "--init", str(path),
-        "--adam-steps", "1", "--lbfgs-steps", "0", "--no-progress",
+        "train",
+        "--base-size",
+        "4",
+        "--metric",
+        "maxse",
+        "--out",
+        str(folder / "t.npz"),
+        "--init",
+        str(path),
+        "--adam-steps",
+        "1",
+        "--lbfgs-steps",
+        "0",
+        "--no-progress",
     )
     assert_clean_failure(code, out, err)
 
@@ -336,8 +392,15 @@ def test_reproduce_with_a_corrupted_certificate_folder(folder, data):
     certificates.mkdir(exist_ok=True)
     _write(certificates, "k004_maxse.json", data)
     code, out, err = run_cli(
-        "reproduce", "--only", "certificates", "--certificates", str(certificates),
-        "--bases", str(folder / "base_factorizations"), "--out", str(folder / "reproduce_out"),
+        "reproduce",
+        "--only",
+        "certificates",
+        "--certificates",
+        str(certificates),
+        "--bases",
+        str(folder / "base_factorizations"),
+        "--out",
+        str(folder / "reproduce_out"),
     )
     assert "Traceback" not in err and "Traceback" not in out
     assert code != 0 and ("FAILED" in err or "error:" in err)

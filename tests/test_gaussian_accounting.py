@@ -1,4 +1,4 @@
-"""(ε, δ) of the single Gaussian release G·C via dp-accounting's PLD accountant (paper 000, D.2)."""
+"""(ε, δ) of the single Gaussian release G·C via dp-accounting's PLD accountant (Choquette-Choo et al., D.2)."""
 
 import numpy as np
 import pytest
@@ -14,8 +14,10 @@ from pure_dp_mf.gaussian.accounting import epsilon_for, noise_multiplier_for
 def exact_gaussian_epsilon(z, delta):
     """ε of the Gaussian mechanism with sensitivity 1 and std z, from the exact tradeoff
     δ(ε) = Φ(1/(2z) − εz) − e^ε·Φ(−1/(2z) − εz) (Balle & Wang 2018, Theorem 8)."""
+
     def excess(eps):
         return norm.cdf(0.5 / z - eps * z) - np.exp(eps) * norm.cdf(-0.5 / z - eps * z) - delta
+
     return scipy.optimize.brentq(excess, 0.0, 100.0, xtol=1e-12)
 
 

@@ -1,4 +1,4 @@
-"""The FFT mechanism and its optimal decoder (paper 000, section 4, App. J, K), against dense references."""
+"""The FFT mechanism and its optimal decoder (Choquette-Choo et al., section 4, App. J, K), against dense references."""
 
 import numpy as np
 import pytest

@@ -1,12 +1,12 @@
-"""Honaker trees, stamping, the loss and the comparison table (paper 000, App. D), against dense references."""
+"""Honaker trees, stamping, the loss and the comparison table (Choquette-Choo et al., App. D), against dense references."""
 
 import json
 
 import numpy as np
 import pytest
+from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from conftest import dyadic_binary_tree, run_cli
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.gaussian.compare import compare, default_stamps
@@ -146,12 +146,14 @@ def test_loss_and_best_stamps():
         schema = Participation(max_participations=k, min_sep=b, n=32)
         loss = evaluate(mechanism, max_participations=k, min_sep=b)
         assert loss.decoder_frobenius_squared == pytest.approx(np.sum(B * B))
-        assert loss.sensitivity_squared == pytest.approx(gram_sensitivity_squared(gram=X, schema=schema, method=loss.sensitivity_method))
+        assert loss.sensitivity_squared == pytest.approx(
+            gram_sensitivity_squared(gram=X, schema=schema, method=loss.sensitivity_method)
+        )
         assert loss.loss == pytest.approx(np.sum(B * B) * loss.sensitivity_squared)
         losses[s] = loss.loss
     best, best_loss, all_losses = best_stamps(FFTMechanism, n=32, stamps=(1, 2, 4), max_participations=k, min_sep=b)
     assert best_loss.loss == min(losses.values()) and best.stamps == min(losses, key=losses.get)
-    assert {s: l.loss for s, l in all_losses.items()} == pytest.approx(losses)
+    assert {s: result.loss for s, result in all_losses.items()} == pytest.approx(losses)
     with pytest.raises(InvalidInputError, match="do not divide"):
         best_stamps(FFTMechanism, n=32, stamps=(3,), max_participations=k, min_sep=b)
 
@@ -185,8 +187,10 @@ def test_compare_table_small():
     fft, fft_opt = by_family["FFT"], by_family["FFT, optimal decoder"]
     for s in default_stamps(max_participations=k):
         assert fft_opt.losses_by_stamps[s] < fft.losses_by_stamps[s]
-        assert (by_family["Honaker + completion, virtual noise removed"].losses_by_stamps[s]
-                <= by_family["Honaker + completion"].losses_by_stamps[s])
+        assert (
+            by_family["Honaker + completion, virtual noise removed"].losses_by_stamps[s]
+            <= by_family["Honaker + completion"].losses_by_stamps[s]
+        )
     assert by_family["independent noise"].loss.loss == pytest.approx(k * n * (n + 1) / 2)
     optimum = by_family[f"optimal MF(k={k}, b={n // k})"].loss.loss
     assert all(optimum <= row.loss.loss * (1 + 2e-3) for row in rows)  # optimizer gap 1e-3
@@ -196,8 +200,22 @@ def test_cli_compare_json_and_plot(tmp_path):
     plot = tmp_path / "v.png"
     result = CliRunner().invoke(
         app,
-        ["multi-epoch", "compare", "--n", "16", "--participations", "2", "--no-optimizer", "--noise-multiplier", "3",
-         "--delta", "1e-5", "--json", "--plot", str(plot)],
+        [
+            "multi-epoch",
+            "compare",
+            "--n",
+            "16",
+            "--participations",
+            "2",
+            "--no-optimizer",
+            "--noise-multiplier",
+            "3",
+            "--delta",
+            "1e-5",
+            "--json",
+            "--plot",
+            str(plot),
+        ],
     )
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
@@ -223,5 +241,7 @@ def test_cli_compare_error_exit_code():
     ],
 )
 def test_cli_compare_errors_are_named(arguments, message):
-    result = CliRunner().invoke(app, ["multi-epoch", "compare", "--no-optimizer", "--n", "16", "--participations", "2", *arguments])
+    result = CliRunner().invoke(
+        app, ["multi-epoch", "compare", "--no-optimizer", "--n", "16", "--participations", "2", *arguments]
+    )
     assert isinstance(result.exception, PureDPMFError) and message in str(result.exception)

@@ -1,4 +1,4 @@
-"""The dual optimizer for (k,b)-participation (paper 000, section 3 and Appendix I)."""
+"""The dual optimizer for (k,b)-participation (Choquette-Choo et al., section 3 and Appendix I)."""
 
 import json
 import subprocess
@@ -62,7 +62,11 @@ def scipy_reference_loss(A, k, b, constraint):
 
     x0 = (np.eye(n) / np.sqrt(k))[rows, cols]
     result = scipy.optimize.minimize(
-        objective, x0, jac=True, method="SLSQP", constraints=[{"type": "ineq", "fun": inequalities}],
+        objective,
+        x0,
+        jac=True,
+        method="SLSQP",
+        constraints=[{"type": "ineq", "fun": inequalities}],
         options={"maxiter": 2000, "ftol": 1e-12},
     )
     _, X = gram(result.x)
@@ -95,7 +99,7 @@ def test_single_participation_n3_and_the_papers_multipliers():
 
 
 def test_table_6_momentum_and_prefix():
-    # paper 000, Table 6: n = 6, k = 3, b = 2; "total error" is √loss = ‖B‖_F·sens(C)
+    # Choquette-Choo et al., Table 6: n = 6, k = 3, b = 2; "total error" is √loss = ‖B‖_F·sens(C)
     full = optimize(workload=momentum(6), max_participations=3, min_sep=2, constraint="full", gap=1e-7)
     nonneg = optimize(workload=momentum(6), max_participations=3, min_sep=2, constraint="nonnegative", gap=1e-7)
     pairs = optimize(workload=momentum(6), max_participations=3, min_sep=2, constraint="pairs", gap=1e-7)
@@ -107,14 +111,23 @@ def test_table_6_momentum_and_prefix():
     # the optimal X of the full problem has negative entries (why X ≥ 0 costs something here)
     assert np.min(full.encoder.T @ full.encoder) < -1e-3
     # prefix sums: the three constraint sets give the same total error, and X ≥ 0 at the optimum
-    losses = [optimize(workload=prefix_sum(6), max_participations=3, min_sep=2, constraint=c, gap=1e-8).loss
-              for c in ("full", "pairs", "nonnegative")]
+    losses = [
+        optimize(workload=prefix_sum(6), max_participations=3, min_sep=2, constraint=c, gap=1e-8).loss
+        for c in ("full", "pairs", "nonnegative")
+    ]
     assert max(losses) / min(losses) - 1 < 1e-6
 
 
-@pytest.mark.parametrize("seed,n,k,constraint", [
-    (0, 4, 2, "nonnegative"), (1, 6, 3, "full"), (2, 6, 2, "pairs"), (3, 8, 2, "nonnegative"), (4, 8, 4, "full"),
-])
+@pytest.mark.parametrize(
+    "seed,n,k,constraint",
+    [
+        (0, 4, 2, "nonnegative"),
+        (1, 6, 3, "full"),
+        (2, 6, 2, "pairs"),
+        (3, 8, 2, "nonnegative"),
+        (4, 8, 4, "full"),
+    ],
+)
 def test_random_instances_gap_and_scipy_agreement(seed, n, k, constraint):
     rng = np.random.default_rng(seed)
     A = np.tril(rng.normal(size=(n, n))) + 3 * np.eye(n)
@@ -228,16 +241,48 @@ def test_bad_input():
 
 def test_cli(tmp_path):
     out = tmp_path / "m.npz"
-    result = CliRunner().invoke(app, ["multi-epoch", "optimize", "--n", "6", "--participations", "3",
-                                      "--workload", "momentum", "--gap", "1e-6", "--out", str(out), "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "multi-epoch",
+            "optimize",
+            "--n",
+            "6",
+            "--participations",
+            "3",
+            "--workload",
+            "momentum",
+            "--gap",
+            "1e-6",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert '"loss": 260.30' in result.output
     record = json.loads(result.output)
     assert record["history"][-1]["relative_gap"] <= 1e-6 and record["history"][-1]["loss"] == pytest.approx(record["loss"])
     assert Factorization.load(out).metadata["made_by"]["max_participations"] == 3
-    bad = subprocess.run([sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "multi-epoch", "optimize",
-                          "--n", "6", "--participations", "3", "--gap", "-1", "--out", str(out)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pure_dp_mf.cli import main; main()",
+            "multi-epoch",
+            "optimize",
+            "--n",
+            "6",
+            "--participations",
+            "3",
+            "--gap",
+            "-1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "error: gap must be a positive" in bad.stderr
 
 

@@ -1,4 +1,4 @@
-"""(k,b)-participation sensitivity and per-query errors (paper 000, section 2)."""
+"""(k,b)-participation sensitivity and per-query errors (Choquette-Choo et al., section 2)."""
 
 import itertools
 
@@ -41,7 +41,7 @@ def test_patterns_of_the_paper_example():
     assert Participation(max_participations=3, min_sep=2, n=8).patterns.tolist() == [[0, 2, 4], [1, 3, 5], [2, 4, 6], [3, 5, 7]]
 
 
-def test_per_query_errors_of_the_issue():
+def test_per_query_errors_of_the_fixed_epoch_schema():
     A = prefix_sum(2)
     np.testing.assert_allclose(per_query_errors(workload=A, encoder=[[1, 0], [0.5, 1]]), [1.0, 1.25], rtol=1e-15)
     # non-square encoder: the pseudo-inverse decoder B = A·C⁺ gives 2/3 on both steps
@@ -63,7 +63,9 @@ def test_single_participation_is_the_largest_column_norm(seed):
     expected = max(float(C[:, j] @ C[:, j]) for j in range(5))
     assert single_participation_sensitivity_squared(encoder=C) == pytest.approx(expected, rel=1e-14)
     for method in METHODS:
-        assert sensitivity_squared(encoder=C, max_participations=1, min_sep=5, method=method) == pytest.approx(expected, rel=1e-12)
+        assert sensitivity_squared(encoder=C, max_participations=1, min_sep=5, method=method) == pytest.approx(
+            expected, rel=1e-12
+        )
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -12,7 +12,7 @@ import pytest
 from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf import lift
+from pure_dp_mf import compare, lift, resources
 from pure_dp_mf.cli.app import app
 from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
@@ -202,7 +202,15 @@ def test_implicit_costs_equal_explicit_costs_for_every_level_up_to_5000_and_ever
             explicit, (row_max, row_sum, sensitivity) = explicit_lifts[key]
             assert explicit.decoder.shape == (N, plan.inner_sizes[-1])
             reference = factorization_costs(decoder=explicit.decoder, encoder=explicit.encoder)
-            for field in ("decoder_max_row_norm", "encoder_max_column_sum", "decoder_frobenius_norm", "c2", "cf", "max_se", "mean_se"):
+            for field in (
+                "decoder_max_row_norm",
+                "encoder_max_column_sum",
+                "decoder_frobenius_norm",
+                "c2",
+                "cf",
+                "max_se",
+                "mean_se",
+            ):
                 assert getattr(plan.costs, field) == pytest.approx(getattr(reference, field), rel=1e-12)
                 assert getattr(plan.untruncated_costs, field) == pytest.approx(getattr(reference, field), rel=1e-12)
             # every truncation n that uses this level (every 5th for the second metric: same α)
@@ -279,8 +287,8 @@ def test_plan_for_huge_n_is_fast_and_approaches_the_asymptotic_constant():
     for metric in ("maxse", "meanse"):
         plan = lift.lift_plan(base=base, n=2**60, metric=metric)
         N = plan.sizes
-        assert N[-1] >= 2**60 > N[-2] and N[-1] == (33 ** plan.levels - 1) // 2
-        assert plan.inner_sizes[-1] == base.inner_size * (33 ** plan.levels - 1) // 32
+        assert N[-1] >= 2**60 > N[-2] and N[-1] == (33**plan.levels - 1) // 2
+        assert plan.inner_sizes[-1] == base.inner_size * (33**plan.levels - 1) // 32
         asymptote = lift.asymptotic_constant(base=base, metric=metric)
         assert asymptote == plan.asymptotic_constant
         costs = base.costs()
@@ -290,7 +298,10 @@ def test_plan_for_huge_n_is_fast_and_approaches_the_asymptotic_constant():
         # → 2k/(2k+1) (MeanSE): it decreases to the limit, which is the asymptote (MaxSE) or
         # 2k/(2k+1) times it (MeanSE; Theorem 2.5's bound is not tight there)
         limit = asymptote * (1 if metric == "maxse" else 32 / 33)
-        values = [lift.lift_plan(base=base, n=lift.lifted_size(base_size=16, levels=p), metric=metric).leading_constant for p in range(2, 14)]
+        values = [
+            lift.lift_plan(base=base, n=lift.lifted_size(base_size=16, levels=p), metric=metric).leading_constant
+            for p in range(2, 14)
+        ]
         assert all(later < earlier for earlier, later in zip(values, values[1:]))
         assert values[-1] > limit and values[-1] / limit < 1.05
 
@@ -334,13 +345,14 @@ def test_exact_sensitivity_of_a_float_base_is_the_exact_column_sum():
             assert plan.sensitivity_exact == max(exact_columns(R[:, :n]))
             assert plan.sensitivity == pytest.approx(float(plan.sensitivity_exact), rel=1e-15)
     tree = Factorization(*dyadic_binary_tree(4))
-    assert lift.lift_plan(base=tree, n=999, metric="maxse").sensitivity_exact == lift.lift_plan(
-        base=lift.as_exact(tree), n=999, metric="maxse"
-    ).sensitivity_exact
+    assert (
+        lift.lift_plan(base=tree, n=999, metric="maxse").sensitivity_exact
+        == lift.lift_plan(base=lift.as_exact(tree), n=999, metric="maxse").sensitivity_exact
+    )
 
 
 def test_asymptotic_factor_matches_paper_table_2():
-    """Paper 001 Table 2, column (log₂k/log₂(2k+1))³, as the ratio asymptote / base constant 2C²."""
+    """Arkhipov & Kalinin Table 2, column (log₂k/log₂(2k+1))³, as the ratio asymptote / base constant 2C²."""
     table_2 = {4: 0.2512, 8: 0.3954, 16: 0.4986, 32: 0.5723, 64: 0.6267}
     for k, factor in table_2.items():
         base = Factorization(decoder=np.tri(k), encoder=np.eye(k))  # c₂² = k, c_F² = (k+1)/2
@@ -357,7 +369,7 @@ def test_asymptotic_factor_matches_paper_table_2():
 def test_best_lifted_rows_pick_the_cheaper_base():
     tree = Factorization(*dyadic_binary_tree(8))
     identity = Factorization(decoder=np.tri(8), encoder=np.eye(8))
-    rows = lift.best_lifted_rows(n=10**6, epsilon=0.5, bases=[identity, tree])
+    rows = compare.best_lifted_rows(n=10**6, epsilon=0.5, bases=[identity, tree])
     assert [row.metric for row in rows] == ["maxse", "meanse"]
     for row in rows:
         plans = [lift.lift_plan(base=b, n=10**6, metric=row.metric, epsilon=0.5) for b in (identity, tree)]
@@ -365,20 +377,21 @@ def test_best_lifted_rows_pick_the_cheaper_base():
         chosen = row.max_se if row.metric == "maxse" else row.mean_se
         assert chosen == min(errors)
     shipped_like = Factorization(*dyadic_binary_tree(4), metadata={"metric": "meanse"})
-    assert [row.metric for row in lift.best_lifted_rows(n=100, bases=[shipped_like])] == ["meanse"]
+    assert [row.metric for row in compare.best_lifted_rows(n=100, bases=[shipped_like])] == ["meanse"]
 
 
 def test_shipped_bases_and_comparison_rows_read_a_folder(tmp_path):
     Factorization(*dyadic_binary_tree(4), metadata={"metric": "maxse"}).save(tmp_path / "k004_maxse.npz")
     Factorization(decoder=np.tri(8), encoder=np.eye(8), metadata={"metric": "maxse"}).save(tmp_path / "k008_maxse.npz")
-    bases = lift.shipped_bases(tmp_path)
+    bases = [Factorization.load(path) for path in resources.base_files(tmp_path)]
     assert [base.n for base in bases] == [4, 8] and all(base.metric == "maxse" for base in bases)
-    (row,) = lift.lifted_comparison_rows(n=5000, epsilon=2.0, directory=tmp_path)
+    (row,) = compare.lifted_rows(n=5000, epsilon=2.0, directory=tmp_path)
     plans = [lift.lift_plan(base=base, n=5000, metric="maxse", epsilon=2.0) for base in bases]
     plan = min(plans, key=lambda plan: plan.costs.max_se)
     assert plans[0].costs.max_se != plans[1].costs.max_se
     assert (row.mechanism, row.arity, row.best_for) == ("lifted", plan.base_size, ("maxse",))
     assert row.max_se == plan.costs.max_se and row.max_se_constant == pytest.approx(plan.costs.max_se_constant)
+    assert row.base_file == str(tmp_path / f"k{plan.base_size:03d}_maxse.npz") and row.levels == plan.levels
 
 
 def test_bad_input_is_refused_with_clear_errors():
@@ -427,7 +440,22 @@ def test_cli_lift_json_table_out_and_plot(tmp_path):
     out, png = tmp_path / "lifted.npz", tmp_path / "curve.png"
     result = runner.invoke(
         app,
-        ["lift", str(path), "--n", "300", "--metric", "meanse", "--alpha-rule", "truncated", "--out", str(out), "--plot", str(png), "--plot-max-n", "64"],
+        [
+            "lift",
+            str(path),
+            "--n",
+            "300",
+            "--metric",
+            "meanse",
+            "--alpha-rule",
+            "truncated",
+            "--out",
+            str(out),
+            "--plot",
+            str(png),
+            "--plot-max-n",
+            "64",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "MeanSE" in result.output and "Theorem 2.5" in result.output

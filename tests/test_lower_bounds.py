@@ -1,4 +1,4 @@
-"""Tests of the 0/1 lower-bound checker (paper 001, section 4): pure_dp_mf/lower_bounds.py and
+"""Tests of the 0/1 lower-bound checker (Arkhipov & Kalinin, section 4): pure_dp_mf/lower_bounds.py and
 ``pure-dp-mf lower-bound``. Every fast path is compared with a slow obvious one (dense products,
 Python sets, brute force over all 0/1 matrices)."""
 
@@ -13,14 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse
+from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from conftest import ROOT, dyadic_binary_tree, run_cli
 from pure_dp_mf import lower_bounds as lb
+from pure_dp_mf import trees
 from pure_dp_mf.cli import app
 from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 
 def kary_tree(n: int, arity: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]:
@@ -40,9 +42,11 @@ def kary_tree(n: int, arity: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse
         encoder_rows.append(np.repeat(offset + np.arange(count), size))
         encoder_columns.append(np.arange(count * size))
         offset, size = offset + count, size * arity
+
     def csr(rows, columns, shape):
         rows, columns = np.concatenate(rows), np.concatenate(columns)
         return scipy.sparse.csr_matrix((np.ones(rows.size), (rows, columns)), shape=shape)
+
     return csr(decoder_rows, decoder_columns, (n, offset)), csr(encoder_rows, encoder_columns, (offset, n))
 
 
@@ -150,9 +154,8 @@ def test_binary_tree_at_2_to_16_sparse_is_fast():
 
 @pytest.mark.parametrize("tree,arity", [("binary", 2), ("kary", 2), ("kary", 3), ("kary", 8)])
 def test_trees_from_trees_module(tree, arity):
-    pytest.importorskip("pure_dp_mf.trees")
     for n in (2, 5, 64, 1000):
-        factorization = lb.tree_factorization(tree=tree, n=n, arity=arity)
+        factorization = trees.tree_factorization(mechanism=tree, n=n, arity=None if tree == "binary" else arity)
         L, R = kary_tree(n, arity)
         report = lb.check_factorization_lower_bound(factorization)
         assert report.status == lb.STATUS_HOLDS, report.reason
@@ -162,14 +165,13 @@ def test_trees_from_trees_module(tree, arity):
 
 
 def test_tree_ratios_rows_and_unknown_tree():
-    pytest.importorskip("pure_dp_mf.trees")
     rows = list(lb.tree_ratios(tree="kary", n_values=[4, 16, 256], arity=5))
     assert [row.n for row in rows] == [4, 16, 256]
     assert all(row.status == lb.STATUS_HOLDS and row.c2_ratio >= 1 and row.cf_ratio >= 1 for row in rows)
     with pytest.raises(InvalidInputError, match="outside|not 0 or 1"):
-        list(lb.tree_ratios(tree="kary_subtraction", n_values=[27], arity=3))
-    with pytest.raises(InvalidInputError, match="unknown tree"):
-        lb.tree_factorization(tree="quaternary", n=8)
+        list(lb.tree_ratios(tree="kary-subtraction", n_values=[27], arity=3))
+    with pytest.raises(InvalidInputError, match="unknown"):
+        list(lb.tree_ratios(tree="quaternary", n_values=[8]))
 
 
 # ------------------------------------------------------------------------------ fast paths against obvious ones
@@ -237,14 +239,13 @@ def test_subtraction_trick_is_outside_the_class():
 
 
 def test_kary_subtraction_tree_from_trees_module_is_outside_the_class():
-    pytest.importorskip("pure_dp_mf.trees")
-    report = lb.check_factorization_lower_bound(lb.tree_factorization(tree="kary_subtraction", n=81, arity=3))
+    report = lb.check_factorization_lower_bound(trees.tree_factorization(mechanism="kary-subtraction", n=81, arity=3))
     assert report.status == lb.STATUS_NOT_ZERO_ONE, report.reason
 
 
 def trained_base() -> tuple[Factorization, str]:
     """A shipped trained base when one exists, else from_encoder of a random matrix."""
-    shipped = sorted((ROOT / "base_factorizations").glob("k*_*.npz"))
+    shipped = sorted((BASES).glob("k*_*.npz"))
     if shipped:
         return Factorization.load(min(shipped, key=lambda path: path.stat().st_size)), "shipped"
     rng = np.random.default_rng(0)
@@ -458,7 +459,6 @@ def test_cli_exhaustive(tmp_path):
 
 
 def test_cli_trees_table_and_plot(tmp_path):
-    pytest.importorskip("pure_dp_mf.trees")
     result = runner.invoke(app, ["lower-bound", "--tree", "kary", "--arity", "4", "--n", "256", "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["status"] == "holds"
     result = runner.invoke(app, ["lower-bound", "--tree", "kary-subtraction", "--arity", "3", "--n", "27"])

@@ -12,7 +12,11 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = {  # notebook: text its outputs must contain (a sign that the step really ran)
-    "01_certify_and_lift.ipynb": ["tampered certificate refused: claim 'leading_constant' fails", "max |L·R − T_n| =", "asymptote (float):"],
+    "01_certify_and_lift.ipynb": [
+        "tampered certificate refused: claim 'leading_constant' fails",
+        "max |L·R − T_n| =",
+        "asymptote (float):",
+    ],
     "02_streaming_counter.ipynb": ["share of minutes within ±2 std:", "resumed at step 100", "seeded: False"],
 }
 

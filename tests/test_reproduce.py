@@ -11,13 +11,15 @@ from fractions import Fraction
 import matplotlib.image
 import numpy as np
 import pytest
-
-from pure_dp_mf import lift, published, reports, reproduce as reproduce_module, trees
-from pure_dp_mf.factorization import Factorization
 from conftest import ROOT, run_cli
 from typer.testing import CliRunner
 
+from pure_dp_mf import lift, published, reports, trees
+from pure_dp_mf import reproduce as reproduce_module
 from pure_dp_mf.cli import app
+from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.resources import BASE_FOLDER as BASES
+from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXTRA_N = 5000
@@ -53,7 +55,7 @@ def test_quick_run_writes_every_table_row_and_figure(quick_run):
         return found
 
     # Table 2: every published k, with the computed lift factor
-    table2 = table("Paper 001, Table 2")
+    table2 = table("Arkhipov & Kalinin, Table 2")
     by_k = {int(row[0]): row for row in table2["rows"]}
     assert set(published.TABLE2) <= set(by_k)
     for k, row in by_k.items():
@@ -62,18 +64,20 @@ def test_quick_run_writes_every_table_row_and_figure(quick_run):
             assert float(row[7]) == pytest.approx(published.TABLE2[k][2], abs=5e-5)  # the paper's own column
     # "ours" = the claims of the shipped certificates (all verified, since the run passed)
     claims: dict = {}
-    for path in (ROOT / "certificates").glob("*.json"):
+    for path in (CERTIFICATES).glob("*.json"):
         certificate = json.loads(path.read_text())
         key = (certificate["factorization"]["n"], certificate["factorization"]["metric"])
-        values = [float(Fraction(int(c["numerator"]), int(c["denominator"]))) for c in
-                  (certificate["claims"]["leading_constant"], certificate["claims"]["lifted_constant"])]
+        values = [
+            float(Fraction(int(c["numerator"]), int(c["denominator"])))
+            for c in (certificate["claims"]["leading_constant"], certificate["claims"]["lifted_constant"])
+        ]
         claims[key] = [min(a, b) for a, b in zip(values, claims.get(key, values))]
     assert claims, "no certificate shipped"
     for (k, metric), (leading, lifted_value) in claims.items():
         columns = (2, 9) if metric == "maxse" else (5, 11)
         assert [by_k[k][c] for c in columns] == [f"{leading:.4f}", f"{lifted_value:.4f}"], (k, metric)
     # Table 1: every tree reproduced, plus the factorization row
-    table1 = table("Paper 001, Table 1")
+    table1 = table("Arkhipov & Kalinin, Table 1")
     rows = {row[0]: row for row in table1["rows"]}
     assert set(trees.MECHANISMS) | {"lifted (certified)"} == set(rows)
     for mechanism in trees.MECHANISMS:
@@ -93,17 +97,17 @@ def test_quick_run_writes_every_table_row_and_figure(quick_run):
         (n, tree) for n in (*reproduce_module.N_VALUES, EXTRA_N) for tree in ("binary", "kary")
     }
     assert all(float(row[5]) >= 1 and float(row[8]) >= 1 for row in lower["rows"])
-    gaussian = table("Paper 000 App. D.5")
+    gaussian = table("Choquette-Choo et al. App. D.5")
     assert gaussian["rows"][0][0].startswith("optimal MF") and gaussian["rows"][-1][0].startswith("independent noise")
     streaming = table("Continual counter, 100000 steps")
     assert len(streaming["rows"]) == 5
-    # figures: the three the issue asks for, and the Gaussian variance plot, all valid PNGs
+    # figures: the three report figures and the Gaussian variance plot, all valid PNGs
     figures = {name for section in document["sections"] for name in section["figures"]}
     assert {"leading_constants.png", "step_noise_std.png", "table2.png", "gaussian_step_variance.png"} == figures
     for name in figures:
         assert f"]({name})" in report and _valid_png(out / name), name
     # the rich summary on stdout
-    assert "Paper 001, Table 1" in completed.stdout and "reproduce (quick)" in completed.stdout
+    assert "Arkhipov & Kalinin, Table 1" in completed.stdout and "reproduce (quick)" in completed.stdout
     # streaming: the empirical error matches the prediction (deterministic seeds; the coarse levels share
     # few noise variables, so 8 runs estimate MeanSE within about ±5 % (1σ))
     rows = {row[0].split(" (")[0]: row for row in streaming["rows"]}
@@ -118,7 +122,7 @@ def tampered(tmp_path):
     for folder, suffix in (("certificates", "json"), ("base_factorizations", "npz")):
         (tmp_path / folder).mkdir()
         for metric in ("maxse", "meanse"):
-            shutil.copy(ROOT / folder / f"k004_{metric}.{suffix}", tmp_path / folder)
+            shutil.copy(ROOT / "pure_dp_mf" / "data" / folder / f"k004_{metric}.{suffix}", tmp_path / folder)
     path = tmp_path / "certificates" / "k004_maxse.json"
     document = json.loads(path.read_text())
     document["claims"]["leading_constant"] = {"numerator": "1", "denominator": "10", "decimal": "0.1"}
@@ -128,40 +132,54 @@ def tampered(tmp_path):
 
 def test_tampered_certificate_fails_and_is_named(tampered):
     completed = run_cli(
-        "reproduce", "--quick", "--only", "certificates", "--out", str(tampered / "out"),
-        "--certificates", str(tampered / "certificates"), "--bases", str(tampered / "base_factorizations"),
+        "reproduce",
+        "--quick",
+        "--only",
+        "certificates",
+        "--out",
+        str(tampered / "out"),
+        "--certificates",
+        str(tampered / "certificates"),
+        "--bases",
+        str(tampered / "base_factorizations"),
     )
     assert completed.returncode == 1, completed.stdout + completed.stderr
     assert "k004_maxse.json" in completed.stderr and "leading_constant" in completed.stderr
     report = (tampered / "out" / "report.md").read_text()
     assert "**This section failed:**" in report and "k004_maxse.json" in report
     # the untouched copy verifies: the same run without the tampering passes (library call: no second process)
-    shutil.copy(ROOT / "certificates" / "k004_maxse.json", tampered / "certificates" / "k004_maxse.json")
-    result = reproduce_module.reproduce(out=tampered / "out2", only=["certificates"], certificates=tampered / "certificates",
-                                        bases=tampered / "base_factorizations")
+    shutil.copy(CERTIFICATES / "k004_maxse.json", tampered / "certificates" / "k004_maxse.json")
+    result = reproduce_module.reproduce(
+        out=tampered / "out2",
+        only=["certificates"],
+        certificates=tampered / "certificates",
+        bases=tampered / "base_factorizations",
+    )
     assert result.ok, result.failures
 
 
 def test_a_certificate_for_a_file_outside_the_base_folder_fails(tampered, tmp_path):
     other = tmp_path / "elsewhere"
     other.mkdir()
-    result = reproduce_module.reproduce(out=tmp_path / "out", only=["certificates"], certificates=tampered / "certificates", bases=other)
+    result = reproduce_module.reproduce(
+        out=tmp_path / "out", only=["certificates"], certificates=tampered / "certificates", bases=other
+    )
     assert not result.ok and "not in the base folder" in result.failures[0] and "k004_meanse.json" in result.failures[0]
 
 
 def test_a_section_that_raises_is_reported_not_silent(tmp_path, monkeypatch):
     def broken(section, context):
-        raise ModuleNotFoundError("No module named 'pure_dp_mf.missing'", name="pure_dp_mf.missing")
+        raise KeyError("missing")
 
     def fine(section, context):
         section.tables.append(reports.Table("fine", ["a"], [[1.5]]))
 
     monkeypatch.setattr(reproduce_module, "SECTIONS", [("one", "One", fine), ("two", "Two", broken)])
     result = reproduce_module.reproduce(out=tmp_path / "out", quick=True)
-    assert not result.ok and result.failures == ["two: module pure_dp_mf.missing is missing (No module named 'pure_dp_mf.missing')"]
+    assert not result.ok and result.failures == ["two: KeyError raised: 'missing'"]
     assert result.section("one").ok
     report = result.report.read_text()
-    assert "**This section failed:** module pure_dp_mf.missing is missing" in report and "| 1.5000 |" in report
+    assert "**This section failed:** KeyError raised: 'missing'" in report and "| 1.5000 |" in report
 
 
 def test_bad_arguments(tmp_path):
@@ -177,7 +195,7 @@ def test_bad_arguments(tmp_path):
 
 
 def _formula_limits(mechanism: str, k: int) -> tuple[float, float]:
-    """Slow, independent: per-level max/mean digit contributions (paper 001, App. C)."""
+    """Slow, independent: per-level max/mean digit contributions (Arkhipov & Kalinin, App. C)."""
     cube = math.log2(k) ** 3
     if mechanism == "kary":
         return 2 * (k - 1) / cube, (k - 1) / cube
@@ -196,7 +214,7 @@ def test_tree_limits_against_the_digit_formulas(mechanism, k):
 def test_best_tree_limits_are_table_1():
     limit = reports.best_tree_limits(mechanism="kary-subtraction", max_arity=40)
     assert (limit.max_se_arity, limit.mean_se_arity) == (17, 19)
-    assert (limit.max_se_constant, limit.mean_se_constant) == pytest.approx(trees.TABLE1_CONSTANTS["kary-subtraction"], rel=1e-12)
+    assert (limit.max_se_constant, limit.mean_se_constant) == pytest.approx(published.TABLE1["kary-subtraction"], rel=1e-12)
     binary = reports.best_tree_limits(mechanism="binary")
     assert (binary.max_se_constant, binary.mean_se_constant) == pytest.approx((2, 1), rel=1e-12)
     smooth = reports.tree_limit_constants(mechanism="smooth-binary")
@@ -207,14 +225,19 @@ def test_best_tree_limits_are_table_1():
 
 @pytest.mark.parametrize("name, n", [("k004_maxse.npz", 300), ("k004_meanse.npz", 41), ("k008_maxse.npz", 2000)])
 def test_lifted_row_norms_against_the_explicit_lift(name, n):
-    base = Factorization.load(ROOT / "base_factorizations" / name)
+    base = Factorization.load(BASES / name)
     plan = lift.lift_plan(base=base, n=n, metric=base.metric)
     decoder, _ = lift.explicit_lift(base=base, levels=plan.levels, alphas=plan.alphas_exact, n=n).dense()
-    fast = reports.lifted_row_norms_squared(decoder=base.dense()[0], alphas=plan.alphas, n=n)
+    family = lift.LiftedFamily(base=base, metric=base.metric)
+    fast = family.row_norms_squared(n=n)
     np.testing.assert_allclose(fast, (decoder**2).sum(axis=1), rtol=1e-12)
     assert fast.max() == pytest.approx(plan.truncated_max_row_norm_squared, rel=1e-12)
-    with pytest.raises(reports.InvalidInputError, match="fewer than"):
-        reports.lifted_row_norms_squared(decoder=base.dense()[0], alphas=plan.alphas, n=plan.lifted_size + 1)
+    assert fast.sum() == pytest.approx(plan.truncated_frobenius_squared, rel=1e-12)
+    columns = family.columns.sequence(plan.levels, n)
+    _, encoder = lift.explicit_lift(base=base, levels=plan.levels, alphas=plan.alphas_exact, n=n).dense()
+    np.testing.assert_allclose(columns, np.abs(encoder).sum(axis=0), rtol=1e-12)
+    with pytest.raises(reports.InvalidInputError, match="exceed"):
+        family.rows.sequence(plan.levels, plan.lifted_size + 1)
 
 
 def test_status_and_cells():
@@ -222,7 +245,12 @@ def test_status_and_cells():
     assert reports.status_against_published(0.0771, 0.0778) == "better"
     assert reports.status_against_published(0.0790, 0.0778) == "not yet"
     assert [reports.format_cell(x) for x in (None, math.nan, Fraction(1, 3), 12345.678, 2e-5, "x")] == [
-        "–", "n/a", "0.3333", "12345.7", "2.0000e-05", "x"
+        "–",
+        "n/a",
+        "0.3333",
+        "12345.7",
+        "2.0000e-05",
+        "x",
     ]
     table = reports.Table("t", ["a", "b"], [[1, 2.0]]).select(["b"])
     assert table.columns == ["b"] and table.cells() == [["2.0000"]]

@@ -15,25 +15,23 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import ROOT, dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from conftest import ROOT, dyadic_binary_tree, run_cli
 from pure_dp_mf.cli import app
 from pure_dp_mf.costs import max_column_abs_sum_exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.lift import as_exact, explicit_lift, lift_plan
 from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.resources import largest_base_file
 from pure_dp_mf.stream import (
     ArraySource,
     ContinualCounter,
     GeneratorSource,
     LiftedNoise,
     StateFileError,
-    column_abs_sum_exact,
-    default_base_file,
     float_upper,
-    lifted_sensitivity,
     noise,
     noise_reversed,
 )
@@ -121,23 +119,22 @@ def test_generator_source_is_a_fixed_z():
 # Sensitivity: exact, never a float estimate that could be low.
 
 
-def test_lifted_sensitivity_is_exact_for_an_exact_base():
+def test_counter_sensitivity_is_the_exact_norm_of_the_truncated_lift():
     base = _tree_base(2)
     exact = as_exact(base)
     for n in (12, 62):
         plan = lift_plan(base=exact, n=n, metric="maxse")
-        R = explicit_lift(base=exact, levels=plan.levels, alphas=plan.alphas_exact)[1]
-        claimed = lifted_sensitivity(encoder_sensitivity=column_abs_sum_exact(base.encoder), alphas=plan.alphas)
-        assert claimed == max_column_abs_sum_exact(R)
-        assert claimed >= plan.sensitivity_exact  # the truncation keeps a subset of the columns
+        R = explicit_lift(base=exact, levels=plan.levels, alphas=plan.alphas_exact, n=n)[1]
+        counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, rng=NoiseGenerator.from_seed(0))
+        assert counter.sensitivity == max_column_abs_sum_exact(R) == plan.sensitivity_exact
 
 
 def test_encoder_sensitivity_exact_on_and_off_the_grid():
     grid = BASES["grid k=3"].encoder
-    assert column_abs_sum_exact(grid) == max(sum(abs(Fraction(float(x))) for x in column) for column in grid.T)
+    assert max_column_abs_sum_exact(grid) == max(sum(abs(Fraction(float(x))) for x in column) for column in grid.T)
     rng = np.random.default_rng(4)
     general = rng.normal(size=(6, 5)) * np.array([1e-30, 1, 1e20, 3, 1e-300])
-    assert column_abs_sum_exact(general) == max(sum(abs(Fraction(float(x))) for x in column) for column in general.T)
+    assert max_column_abs_sum_exact(general) == max(sum(abs(Fraction(float(x))) for x in column) for column in general.T)
 
 
 def test_float_upper_rounds_up():
@@ -149,13 +146,15 @@ def test_float_upper_rounds_up():
 def test_counter_scale_is_the_rounded_up_exact_sensitivity(base_file):
     counter = ContinualCounter(base=base_file, epsilon=0.7, horizon=5000, rng=NoiseGenerator.from_seed(0))
     plan = lift_plan(base=Factorization.load(base_file), n=5000, metric="maxse")
-    assert counter.sensitivity == lifted_sensitivity(
-        encoder_sensitivity=column_abs_sum_exact(counter.base.encoder), alphas=plan.alphas
-    )
+    assert counter.sensitivity == plan.sensitivity_exact
     assert Fraction(counter.scale) >= counter.sensitivity / Fraction(0.7)
     assert counter.scale >= plan.sensitivity / 0.7 * (1 - 1e-12)
     assert ContinualCounter(base=base_file, epsilon=0.7, horizon=50, dimension=3, rng=NoiseGenerator.from_seed(0)).scale == (
-        float_upper(2 * ContinualCounter(base=base_file, epsilon=0.7, horizon=50, rng=NoiseGenerator.from_seed(0)).sensitivity / Fraction(0.7))
+        float_upper(
+            2
+            * ContinualCounter(base=base_file, epsilon=0.7, horizon=50, rng=NoiseGenerator.from_seed(0)).sensitivity
+            / Fraction(0.7)
+        )
     )
 
 
@@ -173,10 +172,15 @@ def test_noise_mean_and_variance_per_step():
     base, epsilon, n, runs = BASES["grid k=3"], 0.5, 40, 1500
     counter = ContinualCounter(base=base, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(0))
     b = counter.scale
-    samples = np.array([
-        b * LiftedNoise(decoder=base.dense()[0], alphas=counter.alphas, source=GeneratorSource(NoiseGenerator.from_seed(seed))).values(0, n)
-        for seed in range(1, runs + 1)
-    ])
+    samples = np.array(
+        [
+            b
+            * LiftedNoise(
+                decoder=base.dense()[0], alphas=counter.alphas, source=GeneratorSource(NoiseGenerator.from_seed(seed))
+            ).values(0, n)
+            for seed in range(1, runs + 1)
+        ]
+    )
     L = explicit_lift(base=base, levels=len(counter.alphas) + 1, alphas=counter.alphas, n=n).dense()[0]
     threshold = scipy.stats.norm.isf(1e-4 / (2 * 2 * n))
 
@@ -309,9 +313,10 @@ def test_state_mismatch_and_corruption(base_file, tmp_path):
 def test_default_base_is_the_largest_shipped_maxse_base(tmp_path):
     for name in ("k008_maxse.npz", "k016_maxse.npz", "k1024_meanse.npz", "k256_maxse.npz", "k064_maxse.npz.tmp"):
         (tmp_path / name).write_bytes(b"")
-    assert default_base_file(tmp_path).name == "k256_maxse.npz"
+    assert largest_base_file(folder=tmp_path).name == "k256_maxse.npz"
+    assert largest_base_file(folder=tmp_path, metric="meanse").name == "k1024_meanse.npz"
     with pytest.raises(InvalidInputError, match="no shipped base"):
-        default_base_file(tmp_path / "empty")
+        largest_base_file(folder=tmp_path / "empty")
 
 
 def test_count_command_matches_the_library(base_file):
@@ -344,7 +349,10 @@ def test_count_command_bad_input(base_file, text, message):
     assert isinstance(result.exception, InvalidInputError) and message in str(result.exception)
     released = [int(line) for line in result.stdout.splitlines() if not line.startswith("warning")]
     good = [int(line) for line in text.split()[: len(released)]]
-    assert released == ContinualCounter(base=base_file, epsilon=1.0, horizon=3, rng=NoiseGenerator.from_seed(1)).counts(good).tolist()
+    assert (
+        released
+        == ContinualCounter(base=base_file, epsilon=1.0, horizon=3, rng=NoiseGenerator.from_seed(1)).counts(good).tolist()
+    )
 
 
 def test_count_command_error_is_one_line_and_exit_2(base_file):
@@ -372,9 +380,25 @@ def test_kill_9_and_restart_loses_and_repeats_nothing(base_file, tmp_path):
     values = (np.random.default_rng(5).random(n) < 0.4).astype(int)
     source = tmp_path / "input.txt"
     source.write_text("\n".join(map(str, values)) + "\n")
-    command = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count", str(source), "--epsilon", "1",
-               "--horizon", str(n), "--base", str(base_file), "--seed", "12", "--state", str(tmp_path / "state.json"),
-               "--output", str(tmp_path / "out.txt")]
+    command = [
+        sys.executable,
+        "-c",
+        "from pure_dp_mf.cli import main; main()",
+        "count",
+        str(source),
+        "--epsilon",
+        "1",
+        "--horizon",
+        str(n),
+        "--base",
+        str(base_file),
+        "--seed",
+        "12",
+        "--state",
+        str(tmp_path / "state.json"),
+        "--output",
+        str(tmp_path / "out.txt"),
+    ]
     output = tmp_path / "out.txt"
     for kill_after in (30, 90):
         process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -396,8 +420,22 @@ def test_output_file_is_reconciled_after_a_kill_between_state_and_output(base_fi
     """The state is written before each output: a kill right after it leaves the output one
     line short (or with a partial line); the restart writes that step's kept value, once."""
     values = [1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0]
-    arguments = ["count", str(tmp_path / "in.txt"), "--epsilon", "1", "--horizon", "12", "--base", str(base_file),
-                 "--seed", "4", "--state", str(tmp_path / "state.json"), "--output", str(tmp_path / "out.txt")]
+    arguments = [
+        "count",
+        str(tmp_path / "in.txt"),
+        "--epsilon",
+        "1",
+        "--horizon",
+        "12",
+        "--base",
+        str(base_file),
+        "--seed",
+        "4",
+        "--state",
+        str(tmp_path / "state.json"),
+        "--output",
+        str(tmp_path / "out.txt"),
+    ]
     expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=12, rng=NoiseGenerator.from_seed(4)).counts(values).tolist()
     for cut, partial in ((5, ""), (9, "1")):
         (tmp_path / "in.txt").write_text("\n".join(map(str, values[:cut])) + "\n")

@@ -34,7 +34,9 @@ MECHANISMS = [
     lambda: HonakerMechanism(7, "completion-virtual-removed"),
     lambda: StampedMechanism(HonakerMechanism(3, "online"), 2),
     lambda: StampedMechanism(FFTOptimalDecoderMechanism(3), 2),
-    lambda: DenseMechanism(decoder=np.tri(4) @ np.linalg.inv(np.eye(4) + np.tri(4, k=-1) / 3), encoder=np.eye(4) + np.tri(4, k=-1) / 3),
+    lambda: DenseMechanism(
+        decoder=np.tri(4) @ np.linalg.inv(np.eye(4) + np.tri(4, k=-1) / 3), encoder=np.eye(4) + np.tri(4, k=-1) / 3
+    ),
 ]
 
 

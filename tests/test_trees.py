@@ -1,4 +1,4 @@
-"""Tree baselines: explicit factorizations vs closed-form costs, conventions, limits (paper 001, Table 1)."""
+"""Tree baselines: explicit factorizations vs closed-form costs, conventions, limits (Arkhipov & Kalinin, Table 1)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.sparse
-
 from conftest import dyadic_binary_tree
-from pure_dp_mf import costs, trees
+
+from pure_dp_mf import costs, published, trees
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.workloads import prefix_sum
 
@@ -175,13 +175,13 @@ def _asymptotic_constants(mechanism: str, k: int) -> tuple[float, float]:
 
 @pytest.mark.parametrize("mechanism", trees.ARITY_MECHANISMS)
 def test_limits_are_table_1(mechanism):
-    table = {  # paper 001, Table 1, as printed (4 decimals)
+    table = {  # Arkhipov & Kalinin, Table 1, as printed (4 decimals)
         "kary": (0.4686, 0.2343),
         "kary-subtraction": (0.2343, 0.1236),
         "averaged-kary-subtraction": (0.1171, 0.1171),
     }[mechanism]
     best = [min(_asymptotic_constants(mechanism, k)[i] for k in range(2, 400)) for i in (0, 1)]
-    assert best == pytest.approx(trees.TABLE1_CONSTANTS[mechanism], rel=1e-12)
+    assert best == pytest.approx(published.TABLE1[mechanism], rel=1e-12)
     assert best == pytest.approx(table, abs=5e-5)
     # the exact MaxSE constants on full trees converge to the per-arity limit at rate O(1/h) = O(1/log n):
     k = 17
@@ -197,7 +197,7 @@ def test_limits_are_table_1(mechanism):
 
 
 def test_binary_and_smooth_limits():
-    assert trees.TABLE1_CONSTANTS["binary"] == (2.0, 1.0) and trees.TABLE1_CONSTANTS["smooth-binary"] == (0.25, 0.25)
+    assert published.TABLE1["binary"] == (2.0, 1.0) and published.TABLE1["smooth-binary"] == (0.25, 0.25)
     for h in (10, 100, 1000):
         binary = trees.tree_costs(mechanism="binary", n=2**h)
         assert binary.max_se_constant() == pytest.approx(2 * (1 + 1 / h) ** 2, rel=1e-12)
@@ -224,7 +224,7 @@ def test_value_at_two_to_the_40(mechanism):
         arity = trees.best_arity(mechanism=mechanism, n=n, metric=metric) if mechanism in trees.ARITY_MECHANISMS else None
         cost = trees.tree_costs(mechanism=mechanism, n=n, arity=arity)
         value = cost.max_se_constant() if metric == "maxse" else cost.mean_se_constant()
-        limit = trees.TABLE1_CONSTANTS[mechanism][index]
+        limit = published.TABLE1[mechanism][index]
         assert limit <= value <= limit * (1 + rate), (metric, arity, value, limit)
         assert arity is None or arity < trees.ARITY_SEARCH_MAX
 
@@ -237,7 +237,13 @@ def test_best_arity():
     assert trees.best_arity(mechanism="kary", n=1, metric="meanse") == 2
     for metric in trees.METRICS:
         chosen = trees.best_arity(mechanism="kary-subtraction", n=1000, metric=metric)
-        values = [getattr(trees.tree_costs(mechanism="kary-subtraction", n=1000, arity=k), "c2_squared" if metric == "maxse" else "cf_squared") for k in range(2, 129)]
+        values = [
+            getattr(
+                trees.tree_costs(mechanism="kary-subtraction", n=1000, arity=k),
+                "c2_squared" if metric == "maxse" else "cf_squared",
+            )
+            for k in range(2, 129)
+        ]
         assert values[chosen - 2] == min(values)
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from pure_dp_mf import __version__
 
 app = typer.Typer(
     name="pure-dp-mf",
@@ -55,8 +58,6 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
 
 def _show_version(value: bool) -> None:
     if value:
-        from pure_dp_mf import __version__
-
         typer.echo(f"pure-dp-mf {__version__}")
         raise typer.Exit()
 

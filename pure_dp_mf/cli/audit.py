@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf.audit import MECHANISMS, audit as run_audit, counter_target
+from pure_dp_mf.audit import MECHANISMS, counter_target
+from pure_dp_mf.audit import audit as run_audit
 from pure_dp_mf.cli.app import app, console, error_console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
 
@@ -37,9 +38,31 @@ def audit(
         console.print(report.description, markup=False)
         print_table(
             f"audit of {mechanism}, claimed ε = {epsilon:g}, {trials} trials, confidence {confidence:g}",
-            ["pair", "position", "event", "favoured", "count", "other count", "ε estimate", "ε lower bound", "exact loss", "contradicted"],
             [
-                (p.name, p.position, p.event, p.favoured, p.count_favoured, p.count_other, p.epsilon_estimate, p.epsilon_lower, p.exact_loss, p.contradicted)
+                "pair",
+                "position",
+                "event",
+                "favoured",
+                "count",
+                "other count",
+                "ε estimate",
+                "ε lower bound",
+                "exact loss",
+                "contradicted",
+            ],
+            [
+                (
+                    p.name,
+                    p.position,
+                    p.event,
+                    p.favoured,
+                    p.count_favoured,
+                    p.count_other,
+                    p.epsilon_estimate,
+                    p.epsilon_lower,
+                    p.exact_loss,
+                    p.contradicted,
+                )
                 for p in report.pairs
             ],
         )

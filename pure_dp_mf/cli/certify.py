@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,8 +16,8 @@ def certify_command(
     file: Path = typer.Argument(..., help="factorization file (.npz) with a square encoder"),
     out: Path = typer.Option(..., "--out", help="certificate to write (JSON)"),
     grid_bits: int = typer.Option(DEFAULT_GRID_BITS, "--grid-bits", help="round the encoder to the grid 2^-G"),
-    metric: Optional[str] = typer.Option(None, "--metric", help="maxse or meanse (default: the file's)"),
-    rounded_out: Optional[Path] = typer.Option(
+    metric: str | None = typer.Option(None, "--metric", help="maxse or meanse (default: the file's)"),
+    rounded_out: Path | None = typer.Option(
         None, "--rounded-out", help="where to write the rounded factorization if FILE is off the grid (default: FILE_gridG.npz)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print the certificate as JSON instead of a table"),

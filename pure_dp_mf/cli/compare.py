@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.compare import comparison_rows, plot_leading_constants
+from pure_dp_mf.compare import comparison_rows
+from pure_dp_mf.reports import plot_leading_constants
 
 
 @app.command()
@@ -18,7 +18,7 @@ def compare(
     epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε"),
     sort_by: str = typer.Option("maxse", "--sort-by", help="maxse or meanse"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="also write a PNG of the leading constants for n = 2^4 … 2^40"),
+    plot: Path | None = typer.Option(None, "--plot", help="also write a PNG of the leading constants for n = 2^4 … 2^40"),
 ) -> None:
     """MaxSE, MeanSE and leading constants of every mechanism at n, best arity per metric, sorted by error."""
     rows = comparison_rows(n=n, epsilon=epsilon, sort_by=sort_by)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.stream import ContinualCounter, default_base_file
+from pure_dp_mf.resources import certificate_file, largest_base_file
+from pure_dp_mf.stream import ContinualCounter, format_release, open_release_log
 
 
 def _steps(stream: IO[str]) -> Iterator[tuple[int, str]]:
@@ -36,45 +38,33 @@ def _parse(text: str, *, number: int, dimension: int) -> list[float]:
     return values
 
 
-def _format(released) -> str:
-    return str(released) if isinstance(released, int) else " ".join(str(int(v)) for v in released)
-
-
-def _open_output(path: Path, counter: ContinualCounter, *, resumed: bool) -> IO[str]:
-    """Open ``--output`` for appending so that it holds exactly the released steps: after a kill
-    the state may be one step ahead of the file (released, not yet written): that step's value,
-    kept in the state, is written again (the same value, no new noise)."""
-    if not resumed:
-        if path.exists() and path.stat().st_size > 0:
-            raise InvalidInputError(f"{path} already exists and is not empty; the counter would append to it")
-        return open(path, "w", encoding="utf-8")
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    complete = text[: text.rfind("\n") + 1]
-    lines = complete.count("\n")
-    stream = open(path, "a", encoding="utf-8")
-    if len(complete) != len(text):  # a partial last line
-        stream.truncate(len(complete.encode("utf-8")))
-    if lines == counter.released - 1 and counter.last_release is not None:
-        stream.write(_format(counter.last_release if counter.dimension > 1 else counter.last_release[0]) + "\n")
-        stream.flush()
-    elif lines != counter.released:
-        stream.close()
-        raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
-    return stream
-
-
 @app.command()
 def count(
-    input_file: Path = typer.Argument(None, exists=True, dir_okay=False, help="file of 0/1 values, one per line (default: standard input)"),
+    input_file: Path = typer.Argument(
+        None, exists=True, dir_okay=False, help="file of 0/1 values, one per line (default: standard input)"
+    ),
     epsilon: float = typer.Option(..., "--epsilon", help="privacy budget ε"),
     horizon: int = typer.Option(..., "--horizon", help="the number of steps n the counter may release"),
-    base: Path = typer.Option(None, "--base", exists=True, dir_okay=False, help="base factorization file (default: the largest shipped maxse base)"),
-    state: Path = typer.Option(None, "--state", help="state file: created, kept current before every release, resumed if it exists"),
+    base: Path = typer.Option(
+        None, "--base", exists=True, dir_okay=False, help="base factorization file (default: the largest shipped maxse base)"
+    ),
+    certificate: Path = typer.Option(
+        None,
+        "--certificate",
+        exists=True,
+        dir_okay=False,
+        help="certificate of the base to count with (default: the shipped certificate of the default base)",
+    ),
+    state: Path = typer.Option(
+        None, "--state", help="state file: created, kept current before every release, resumed if it exists"
+    ),
     seed: int = typer.Option(None, "--seed", help="seeded noise, NOT private: for tests and research only"),
     dimension: int = typer.Option(1, "--dimension", help="d counters; each line holds d values with at most one 1"),
-    output: Path = typer.Option(None, "--output", help="append the counts to this file (exactly once across restarts with --state)"),
+    output: Path = typer.Option(
+        None, "--output", help="append the counts to this file (exactly once across restarts with --state)"
+    ),
 ) -> None:
-    """Release a noisy running count for every input line, flushing each (paper 001, Algorithm 3)."""
+    """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3)."""
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
     resumed = state is not None and state.exists()
     if resumed:
@@ -82,13 +72,21 @@ def count(
         if counter.dimension != dimension:
             raise InvalidInputError(f"{state}: the state is for dimension {counter.dimension}, not {dimension}")
         error_console.print(f"resuming after step {counter.released} of {horizon}", markup=False)
+    elif base is not None and certificate is not None:
+        raise InvalidInputError("give --base or --certificate, not both (a certificate names its base)")
+    elif base is not None:
+        counter = ContinualCounter(base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng)
     else:
-        counter = ContinualCounter(
-            base=base if base is not None else default_base_file(), epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng
+        counter = ContinualCounter.from_certificate(
+            certificate if certificate is not None else certificate_file(largest_base_file()),
+            epsilon=epsilon,
+            horizon=horizon,
+            dimension=dimension,
+            rng=rng,
         )
     if counter.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
-    sink = _open_output(output, counter, resumed=resumed) if output is not None else sys.stdout
+    sink = open_release_log(output, counter=counter, resumed=resumed) if output is not None else sys.stdout
     if state is not None and not resumed:
         counter.save_state(state)
     source = open(input_file, encoding="utf-8") if input_file is not None else sys.stdin
@@ -106,7 +104,7 @@ def count(
                 released = counter.update(values[0] if dimension == 1 else values)
             except InvalidInputError as error:
                 raise InvalidInputError(f"line {number}: {error}") from None
-            sink.write(_format(released) + "\n")
+            sink.write(format_release(released) + "\n")
             sink.flush()
             if output is not None and state is not None:
                 os.fsync(sink.fileno())

@@ -1,28 +1,32 @@
-"""``pure-dp-mf lift BASE --n N``: costs of the lifted factorization of any size (paper 001, section 2)."""
+"""``pure-dp-mf lift BASE --n N``: costs of the lifted factorization of any size (Arkhipov & Kalinin, arXiv 2607.08963, section 2)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from pure_dp_mf import lift as lifting
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.compare import leading_constant_series, tree_rows
 from pure_dp_mf.factorization import Factorization, file_sha256
-
+from pure_dp_mf.reports import plot_lift_against_trees
 
 
 @app.command()
 def lift(
     base: Path = typer.Argument(..., help="base factorization file of T_k (.npz)"),
     n: int = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)"),
-    metric: Optional[str] = typer.Option(None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse"),
+    metric: str | None = typer.Option(
+        None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse"
+    ),
     epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE"),
-    alpha_rule: str = typer.Option("paper", "--alpha-rule", help="paper (level-by-level optimal α) or truncated (last α tuned to the truncation at n)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write the explicit lifted factorization truncated to n (small n only)"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="write a PNG of the lifted leading constant against n, with the tree baselines"),
+    alpha_rule: str = typer.Option(
+        "paper", "--alpha-rule", help="paper (level-by-level optimal α) or truncated (last α tuned to the truncation at n)"
+    ),
+    out: Path | None = typer.Option(None, "--out", help="write the explicit lifted factorization truncated to n (small n only)"),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="write a PNG of the lifted leading constant against n, with the tree baselines"
+    ),
     plot_max_n: int = typer.Option(2**60, "--plot-max-n", help="largest n on the plot"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
@@ -32,29 +36,11 @@ def lift(
     plan = lifting.lift_plan(base=factorization, n=n, metric=metric, epsilon=epsilon, alpha_rule=alpha_rule)
     record = {"base": str(base), "base_sha256": file_sha256(base), **plan.as_dict()}
     if out is not None:
-        lifted = lifting.explicit_lift(base=factorization, levels=plan.levels, alphas=plan.alphas, n=n)
-        lifted.metadata = {
-            "metric": metric,
-            "made_by": {
-                "operation": "lift",
-                "base": str(base),
-                "base_sha256": record["base_sha256"],
-                "levels": plan.levels,
-                "alphas": list(plan.alphas),
-                "truncated_from": plan.lifted_size,
-            },
-        }
-        lifted.save(out)
+        lifting.lifted_factorization(base=factorization, plan=plan, base_file=base).save(out)
         record["out"] = str(out)
     if plot is not None:
-        column = 1 if metric == "maxse" else 2
-        exponents = range(4, plot_max_n.bit_length(), 4)
         with console.status("computing the tree baselines", spinner="dots"):
-            series = leading_constant_series(exponents=exponents, providers=[tree_rows])
-        baselines = {name: ([2**p[0] for p in points], [p[column] for p in points]) for name, points in series.items()}
-        lifting.plot_constant_curve(
-            bases=[factorization], metric=metric, path=plot, max_n=plot_max_n, alpha_rule=alpha_rule, baselines=baselines
-        )
+            plot_lift_against_trees(base=factorization, metric=metric, path=plot, max_n=plot_max_n, alpha_rule=alpha_rule)
         record["plot"] = str(plot)
     if as_json:
         print_json(record)
@@ -70,7 +56,12 @@ def lift(
         ("‖L‖₂→∞² at n", plan.truncated_max_row_norm_squared),
         ("‖L‖_F² at n", plan.truncated_frobenius_squared),
         ("‖R‖₁→₁ at n (sensitivity)", plan.sensitivity),
-        ("sensitivity, exact", f"{plan.sensitivity_exact.numerator}/{plan.sensitivity_exact.denominator}" if plan.sensitivity_exact.denominator < 10**30 else "(see --json)"),
+        (
+            "sensitivity, exact",
+            f"{plan.sensitivity_exact.numerator}/{plan.sensitivity_exact.denominator}"
+            if plan.sensitivity_exact.denominator < 10**30
+            else "(see --json)",
+        ),
         ("ε", plan.epsilon),
         ("MaxSE at n", costs.max_se),
         ("MeanSE at n", costs.mean_se),

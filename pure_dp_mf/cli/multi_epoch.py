@@ -6,59 +6,62 @@ Thin: parses, calls ``pure_dp_mf.gaussian``, prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import cast
 
 import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pure_dp_mf import workloads
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.gaussian.accounting import epsilon_for, noise_multiplier_for
+from pure_dp_mf.gaussian.optimize import Constraint, optimize
 
 multi_epoch_app = typer.Typer(
-    help="Gaussian multi-epoch matrix factorization (paper 000): optimize under (k,b)-participation, account ε.",
+    help="Gaussian multi-epoch matrix factorization (Choquette-Choo et al.): optimize under (k,b)-participation, account ε.",
     no_args_is_help=True,
 )
 app.add_typer(multi_epoch_app, name="multi-epoch")
-
-WORKLOADS = ("prefix", "momentum", "momentum-cooldown")
-
-
-def _workload(name: str, n: int, momentum: float):
-    if name == "prefix":
-        return workloads.prefix_sum(n)
-    if name == "momentum":
-        return workloads.momentum(n, momentum=momentum)
-    if name == "momentum-cooldown":
-        return workloads.momentum_cooldown(n, momentum=momentum)
-    raise InvalidInputError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")
 
 
 @multi_epoch_app.command("optimize")
 def optimize_command(
     n: int = typer.Option(..., "--n", help="number of steps n (a multiple of n/k)"),
     participations: int = typer.Option(..., "--participations", help="k: participations per example; b = n/k"),
-    min_sep: Optional[int] = typer.Option(None, "--min-sep", help="b: steps between participations (default n/k)"),
+    min_sep: int | None = typer.Option(None, "--min-sep", help="b: steps between participations (default n/k)"),
     workload: str = typer.Option("prefix", "--workload", help="prefix | momentum | momentum-cooldown"),
     momentum: float = typer.Option(workloads.DEFAULT_MOMENTUM, "--momentum", help="β for the momentum workloads"),
     gap: float = typer.Option(1e-3, "--gap", help="stop at this relative duality gap"),
     constraint: str = typer.Option("nonnegative", "--constraint", help="nonnegative | pairs | full"),
     max_iterations: int = typer.Option(20_000, "--max-iterations"),
     out: Path = typer.Option(..., "--out", help="factorization file (.npz) to write"),
-    as_json: bool = typer.Option(False, "--json", help="print the result record and its history of certified (time, loss, bound, gap) as JSON"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print the result record and its history of certified (time, loss, bound, gap) as JSON"
+    ),
 ) -> None:
     """Optimize A = B·C for (k,b)-participation and write the factorization file."""
-    from pure_dp_mf.gaussian.optimize import optimize
 
-    result = optimize(
-        workload=_workload(workload, n, momentum),
-        max_participations=participations,
-        min_sep=min_sep,
-        gap=gap,
-        constraint=constraint,
-        max_iterations=max_iterations,
-        progress=not as_json,
-        workload_name=workload if workload == "prefix" else f"{workload}(beta={momentum})",
-    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True, disable=as_json
+    ) as bar:
+        task = bar.add_task("optimizing", total=max_iterations)
+
+        def report(check) -> None:
+            bar.update(
+                task,
+                completed=check.iteration,
+                description=f"loss {check.loss:.6g}  dual {check.dual_bound:.6g}  gap {check.relative_gap:.2e}",
+            )
+
+        result = optimize(
+            workload=workloads.workload(workload, n=n, momentum=momentum),
+            max_participations=participations,
+            min_sep=min_sep,
+            gap=gap,
+            constraint=cast(Constraint, constraint),  # optimize refuses an unknown one
+            max_iterations=max_iterations,
+            progress=report,
+            workload_name=workloads.workload_name(workload, momentum=momentum),
+        )
     result.to_factorization().save(out)
     record = dict(result.metadata()["made_by"], n=n, out=str(out))
     if as_json:
@@ -67,11 +70,27 @@ def optimize_command(
     print_table(
         f"multi-epoch optimize → {out}",
         ("quantity", "value"),
-        [(key, record[key]) for key in ("workload", "n", "max_participations", "min_sep", "constraint", "loss",
-                                         "dual_bound", "relative_gap", "sensitivity", "iterations", "wall_seconds")],
+        [
+            (key, record[key])
+            for key in (
+                "workload",
+                "n",
+                "max_participations",
+                "min_sep",
+                "constraint",
+                "loss",
+                "dual_bound",
+                "relative_gap",
+                "sensitivity",
+                "iterations",
+                "wall_seconds",
+            )
+        ],
     )
     if not result.converged:
-        console.print(f"[yellow]gap {result.relative_gap:.3g} above the requested {gap:g} after {result.iterations} iterations[/]")
+        console.print(
+            f"[yellow]gap {result.relative_gap:.3g} above the requested {gap:g} after {result.iterations} iterations[/]"
+        )
 
 
 @multi_epoch_app.command("epsilon")
@@ -81,7 +100,6 @@ def epsilon_command(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """ε of the single Gaussian release G·C (PLD accountant of dp-accounting)."""
-    from pure_dp_mf.gaussian.accounting import epsilon_for
 
     epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
     if as_json:
@@ -97,7 +115,6 @@ def noise_command(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The noise multiplier giving (ε, δ)-DP for the single Gaussian release G·C."""
-    from pure_dp_mf.gaussian.accounting import noise_multiplier_for
 
     z = noise_multiplier_for(epsilon=epsilon, delta=delta)
     if as_json:

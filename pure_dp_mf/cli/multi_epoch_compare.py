@@ -1,4 +1,4 @@
-"""``pure-dp-mf multi-epoch compare``: the loss table of paper 000 App. D.5 and the per-step variance plot.
+"""``pure-dp-mf multi-epoch compare``: the loss table of Choquette-Choo et al. App. D.5 and the per-step variance plot.
 
 Thin: parses, calls ``pure_dp_mf.gaussian.compare``, prints.
 """
@@ -12,6 +12,8 @@ import typer
 from pure_dp_mf.cli.app import console, print_json, print_table
 from pure_dp_mf.cli.multi_epoch import multi_epoch_app
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.gaussian.accounting import epsilon_for
+from pure_dp_mf.gaussian.compare import compare, plot_step_variance
 
 
 def _stamps(text: str | None) -> list[int] | None:
@@ -38,11 +40,8 @@ def compare_command(
     plot: Path = typer.Option(None, "--plot", help="write the per-step noise variance plot (PNG/PDF) here"),
 ) -> None:
     """Total loss ‖B‖_F²·sens² and RMSE of every mechanism for prefix sums under (k,b)-participation."""
-    from pure_dp_mf.gaussian.compare import compare, plot_step_variance
 
     if noise_multiplier is not None:
-        from pure_dp_mf.gaussian.accounting import epsilon_for
-
         epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
     else:
         epsilon = None
@@ -53,20 +52,33 @@ def compare_command(
     else:
         with console.status("comparing mechanisms") as status:
             rows = compare(
-                n=n, max_participations=participations, stamps=_stamps(stamps), include_optimizer=optimizer,
+                n=n,
+                max_participations=participations,
+                stamps=_stamps(stamps),
+                include_optimizer=optimizer,
                 progress=lambda name: status.update(f"comparing mechanisms: {name}"),
             )
     b = n // participations
     if plot is not None:
-        plot_step_variance(rows, str(plot), noise_multiplier=noise_multiplier or 1.0,
-                           title=f"per-step noise variance, n = {n}, (k, b) = ({participations}, {b})")
+        plot_step_variance(
+            rows,
+            str(plot),
+            noise_multiplier=noise_multiplier or 1.0,
+            title=f"per-step noise variance, n = {n}, (k, b) = ({participations}, {b})",
+        )
     if as_json:
-        print_json({
-            "n": n, "max_participations": participations, "min_sep": b, "noise_multiplier": noise_multiplier,
-            "delta": delta if epsilon is not None else None, "epsilon": epsilon,
-            "rows": [row.as_dict(noise_multiplier=noise_multiplier) for row in rows],
-            "plot": str(plot) if plot is not None else None,
-        })
+        print_json(
+            {
+                "n": n,
+                "max_participations": participations,
+                "min_sep": b,
+                "noise_multiplier": noise_multiplier,
+                "delta": delta if epsilon is not None else None,
+                "epsilon": epsilon,
+                "rows": [row.as_dict(noise_multiplier=noise_multiplier) for row in rows],
+                "plot": str(plot) if plot is not None else None,
+            }
+        )
         return
     z = noise_multiplier or 1.0
     title = f"prefix sums, n = {n}, (k, b) = ({participations}, {b})"
@@ -75,8 +87,19 @@ def compare_command(
     print_table(
         title,
         ("mechanism", "best s", "sens²", "sensitivity method", "‖B‖_F²", "loss", f"RMSE (z = {z:g})", "seconds"),
-        [(r.loss.name, r.stamps, r.loss.sensitivity_squared, r.loss.sensitivity_method,
-          r.loss.decoder_frobenius_squared, r.loss.loss, z * r.loss.rmse, r.seconds) for r in rows],
+        [
+            (
+                r.loss.name,
+                r.stamps,
+                r.loss.sensitivity_squared,
+                r.loss.sensitivity_method,
+                r.loss.decoder_frobenius_squared,
+                r.loss.loss,
+                z * r.loss.rmse,
+                r.seconds,
+            )
+            for r in rows
+        ],
     )
     if plot is not None:
         console.print(f"plot written to {plot}")

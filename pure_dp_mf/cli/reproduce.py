@@ -7,15 +7,31 @@ section failed (a certificate that does not verify, a module that raised), 0 oth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from pure_dp_mf.cli.app import app, console, error_console, print_table
+from pure_dp_mf.reproduce import reproduce as run
 
 SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them all)
-    "Paper 001, Table 2": ("k", "2C₂² paper", "2C₂² ours", "2C_F² paper", "2C_F² ours", "lifted MaxSE ours", "lifted MeanSE ours"),
-    "Paper 001, Table 1": ("mechanism", "MaxSE ours", "MaxSE paper", "MaxSE status", "MeanSE ours", "MeanSE paper", "MeanSE status"),
+    "Arkhipov & Kalinin, Table 2": (
+        "k",
+        "2C₂² paper",
+        "2C₂² ours",
+        "2C_F² paper",
+        "2C_F² ours",
+        "lifted MaxSE ours",
+        "lifted MeanSE ours",
+    ),
+    "Arkhipov & Kalinin, Table 1": (
+        "mechanism",
+        "MaxSE ours",
+        "MaxSE paper",
+        "MaxSE status",
+        "MeanSE ours",
+        "MeanSE paper",
+        "MeanSE status",
+    ),
     "Continual counter": ("quantity", "predicted", "empirical", "empirical / predicted"),
     "n = ": ("rank", "mechanism", "arity / base k", "best for", "MaxSE", "MeanSE", "MaxSE const.", "MeanSE const."),
 }
@@ -24,19 +40,35 @@ SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them al
 @app.command()
 def reproduce(
     out: Path = typer.Option(Path("reproduce_out"), "--out", help="folder for report.md, report.json and the PNG figures"),
-    quick: bool = typer.Option(False, "--quick", help="smaller Gaussian instance, fewer streaming runs, coarser figure (< 2 minutes)"),
-    n: Optional[int] = typer.Option(None, "--n", help="one more stream length for the comparison and lower-bound tables"),
-    certificates: Optional[Path] = typer.Option(None, "--certificates", help="certificate folder (default: the repository's certificates/)"),
-    bases: Optional[Path] = typer.Option(None, "--bases", help="base factorization folder (default: the repository's base_factorizations/)"),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="run only this section (repeatable): certificates, table1, comparison, lower_bounds, gaussian, streaming"),
+    quick: bool = typer.Option(
+        False, "--quick", help="smaller Gaussian instance, fewer streaming runs, coarser figure (< 2 minutes)"
+    ),
+    n: int | None = typer.Option(None, "--n", help="one more stream length for the comparison and lower-bound tables"),
+    certificates: Path | None = typer.Option(
+        None, "--certificates", help="certificate folder (default: the repository's certificates/)"
+    ),
+    bases: Path | None = typer.Option(
+        None, "--bases", help="base factorization folder (default: the repository's base_factorizations/)"
+    ),
+    only: list[str] | None = typer.Option(
+        None,
+        "--only",
+        help="run only this section (repeatable): certificates, table1, comparison, lower_bounds, gaussian, streaming",
+    ),
 ) -> None:
-    """Re-verify every certificate and reproduce paper 001's Tables 1–2, the comparison, lower bounds,
-    paper 000's Gaussian comparison and a streaming demonstration, into OUT/report.md."""
-    from pure_dp_mf.reproduce import reproduce as run
+    """Re-verify every certificate and reproduce Arkhipov & Kalinin's Tables 1–2, the comparison, lower bounds,
+    Choquette-Choo et al.'s Gaussian comparison and a streaming demonstration, into OUT/report.md."""
 
     with console.status("reproducing") as status:
-        result = run(out=out, quick=quick, n=n, certificates=certificates, bases=bases, only=only,
-                     progress=lambda message: status.update(f"reproducing: {message}"))
+        result = run(
+            out=out,
+            quick=quick,
+            n=n,
+            certificates=certificates,
+            bases=bases,
+            only=only,
+            progress=lambda message: status.update(f"reproducing: {message}"),
+        )
     shown_n = f"n = {n if n is not None else 2**20} "
     for section in result.sections:
         for table in section.tables:
@@ -47,7 +79,10 @@ def reproduce(
     print_table(
         f"reproduce ({'quick' if quick else 'full'}): {result.seconds:.1f} s, report {result.report}",
         ["section", "status", "seconds", "figures"],
-        [(s.title, "ok" if s.ok else f"FAILED: {s.error}", f"{s.seconds:.1f}", ", ".join(f.name for f in s.figures)) for s in result.sections],
+        [
+            (s.title, "ok" if s.ok else f"FAILED: {s.error}", f"{s.seconds:.1f}", ", ".join(f.name for f in s.figures))
+            for s in result.sections
+        ],
     )
     for warning in result.warnings:
         console.print(f"warning: {warning}", markup=False, highlight=False)
@@ -55,4 +90,3 @@ def reproduce(
         for failure in result.failures:
             error_console.print(f"FAILED {failure}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-

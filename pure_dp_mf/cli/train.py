@@ -1,4 +1,4 @@
-"""``pure-dp-mf train``: find a base factorization T_k = L·R (paper 001, section 2.1)."""
+"""``pure-dp-mf train``: find a base factorization T_k = L·R (Arkhipov & Kalinin, section 2.1)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,23 @@ def train(
     lbfgs_steps: int = typer.Option(300, "--lbfgs-steps", help="L-BFGS steps after Adam (paper: 300)"),
     seed: int = typer.Option(0, "--seed", help="seed of the initial perturbation (research seed, not for noise)"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda only when torch sees one)"),
-    init: str = typer.Option("identity", "--init", help="identity, toeplitz, or a square factorization file of T_m, m dividing k, to warm-start from"),
-    learning_rate: float = typer.Option(None, "--learning-rate", help="initial Adam learning rate, R having ‖R‖₁→₁ = 1 (default min(0.05, 0.64/k))"),
-    final_learning_rate: float = typer.Option(None, "--final-learning-rate", help="Adam learning rate at the last step, geometric decay (default: learning rate/1000)"),
+    init: str = typer.Option(
+        "identity", "--init", help="identity, toeplitz, or a square factorization file of T_m, m dividing k, to warm-start from"
+    ),
+    learning_rate: float = typer.Option(
+        None, "--learning-rate", help="initial Adam learning rate, R having ‖R‖₁→₁ = 1 (default min(0.05, 0.64/k))"
+    ),
+    final_learning_rate: float = typer.Option(
+        None, "--final-learning-rate", help="Adam learning rate at the last step, geometric decay (default: learning rate/1000)"
+    ),
     p_start: float = typer.Option(16.0, "--p-start", help="initial exponent of the smooth max (p-norm) surrogate"),
     p_end: float = typer.Option(2048.0, "--p-end", help="final exponent of the surrogate (also used by L-BFGS)"),
     surrogate: str = typer.Option("pnorm", "--surrogate", help="pnorm (annealed smooth max) or exact (plain true cost)"),
+    adam_precision: str = typer.Option(
+        "float64",
+        "--adam-precision",
+        help="float64 or float32: precision of the Adam phase's objective (L-BFGS is always float64)",
+    ),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint file (default: OUT with suffix .ckpt)"),
     checkpoint_every: int = typer.Option(1000, "--checkpoint-every", help="steps between checkpoints"),
     resume: Path = typer.Option(None, "--resume", help="continue from this checkpoint (same k, metric, inner size)"),
@@ -42,16 +53,32 @@ def train(
     """
     warm = init not in ("identity", "toeplitz")
     settings = TrainSettings(
-        base_size=base_size, metric=metric, inner_size=inner_size, adam_steps=adam_steps,
-        lbfgs_steps=lbfgs_steps, learning_rate=learning_rate, final_learning_rate=final_learning_rate,
-        p_start=p_start, p_end=p_end, surrogate=surrogate, init="file" if warm else init,
-        init_file=init if warm else None, seed=seed, device=device, checkpoint_every=checkpoint_every,
+        base_size=base_size,
+        metric=metric,
+        inner_size=inner_size,
+        adam_steps=adam_steps,
+        lbfgs_steps=lbfgs_steps,
+        learning_rate=learning_rate,
+        final_learning_rate=final_learning_rate,
+        p_start=p_start,
+        p_end=p_end,
+        surrogate=surrogate,
+        init="file" if warm else init,
+        init_file=init if warm else None,
+        seed=seed,
+        device=device,
+        checkpoint_every=checkpoint_every,
+        adam_precision=adam_precision,
     )
     checkpoint = checkpoint if checkpoint is not None else out.with_suffix(".ckpt")
     prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)  # every error before any work
     columns = (
-        TextColumn(f"k={base_size} {metric}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("2C² {task.fields[current]:.5f}  best {task.fields[best]:.5f}"), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn(f"k={base_size} {metric}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("2C² {task.fields[current]:.5f}  best {task.fields[best]:.5f}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
     )
     with Progress(*columns, console=console, disable=not progress or as_json, transient=False) as bar:
         task = bar.add_task("train", total=adam_steps + lbfgs_steps, current=float("nan"), best=float("nan"))
@@ -60,12 +87,20 @@ def train(
             if step % 10 == 0 or step == total:
                 bar.update(task, completed=step, total=total, current=current, best=best)
 
-        result = train_base_factorization(settings=settings, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads)
+        result = train_base_factorization(
+            settings=settings, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads
+        )
     costs = result.factorization.metadata["costs"]
     record = {
-        "out": str(out), "checkpoint": str(checkpoint), "base_size": result.factorization.n,
-        "inner_size": result.factorization.inner_size, "metric": metric, "steps_done": result.steps_done,
-        "interrupted": result.interrupted, "wall_time_seconds": result.wall_time, **costs,
+        "out": str(out),
+        "checkpoint": str(checkpoint),
+        "base_size": result.factorization.n,
+        "inner_size": result.factorization.inner_size,
+        "metric": metric,
+        "steps_done": result.steps_done,
+        "interrupted": result.interrupted,
+        "wall_time_seconds": result.wall_time,
+        **costs,
     }
     if as_json:
         print_json({**record, "history": [{"step": s, "constant": c} for s, c in result.history]})

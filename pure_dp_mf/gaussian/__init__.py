@@ -1,7 +1,7 @@
-"""Gaussian multi-epoch matrix factorization (paper 000): (k,b)-participation, sensitivity,
+"""Gaussian multi-epoch matrix factorization (Choquette-Choo et al.): (k,b)-participation, sensitivity,
 the dual optimizer with a duality-gap certificate, and (ε, δ) accounting.
 
-Notation (DESIGN.md): workload A, decoder B, encoder C, ``max_participations`` k, ``min_sep`` b.
+Notation (docs/architecture.md): workload A, decoder B, encoder C, ``max_participations`` k, ``min_sep`` b.
 """
 
 from pure_dp_mf.gaussian.participation import Participation, participation

@@ -1,4 +1,4 @@
-"""Privacy accounting for the Gaussian matrix mechanism (paper 000, Appendix D.2).
+"""Privacy accounting for the Gaussian matrix mechanism (Choquette-Choo et al., Appendix D.2).
 
 The whole run of a matrix mechanism A = B·C is one Gaussian mechanism: it releases
 C·x + z with z ~ N(0, (sens(C)·σ)²), i.e. with noise multiplier σ relative to a unit-sensitivity
@@ -47,8 +47,10 @@ def epsilon_for(*, noise_multiplier: float, delta: float) -> float:
 
 def _exact_gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     """z with δ(ε) = Φ(1/(2z) − εz) − e^ε·Φ(−1/(2z) − εz) (Balle & Wang 2018): only a bracket end."""
+
     def excess(z: float) -> float:
         return norm.cdf(0.5 / z - epsilon * z) - math.exp(epsilon) * norm.cdf(-0.5 / z - epsilon * z) - delta
+
     return scipy.optimize.brentq(excess, 1e-3, 1e4, xtol=1e-12)
 
 

@@ -1,4 +1,4 @@
-"""The comparison of paper 000, App. D.5 (Table 1, Fig. 1/4): every mechanism's loss for prefix sums
+"""The comparison of Choquette-Choo et al., App. D.5 (Table 1, Fig. 1/4): every mechanism's loss for prefix sums
 under (k,b)-participation, and the per-step noise variance.
 
 Rows (each at its best number of stamps s, chosen by loss among ``stamps``):
@@ -22,14 +22,15 @@ entries on the participation pairs in general).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import HonakerMechanism
+from pure_dp_mf.gaussian.optimize import optimize
 from pure_dp_mf.gaussian.participation import Participation
 from pure_dp_mf.gaussian.stamping import DenseMechanism, Loss, Mechanism, best_stamps, evaluate
 from pure_dp_mf.validation import check_size
@@ -70,12 +71,11 @@ class Row:
 
 
 def default_stamps(*, max_participations: int) -> list[int]:
-    """The divisors of k (paper 000 sweeps s ∈ {1, 2, 5, 10, 20} for k = 20)."""
+    """The divisors of k (Choquette-Choo et al. sweeps s ∈ {1, 2, 5, 10, 20} for k = 20)."""
     return [s for s in range(1, max_participations + 1) if max_participations % s == 0]
 
 
 def _optimize(n: int, k: int, b: int) -> DenseMechanism:
-    from pure_dp_mf.gaussian.optimize import optimize
 
     result = optimize(workload=prefix_sum(n), max_participations=k, min_sep=b)
     return DenseMechanism(decoder=result.decoder, encoder=result.encoder, name=f"optimal MF(k={k})")
@@ -85,7 +85,9 @@ def _family(name: str, make: Callable[[int], Mechanism], n: int, stamps: Iterabl
     start = time.perf_counter()
     stamps = [s for s in stamps if n % s == 0]
     mechanism, loss, losses = best_stamps(make, n=n, stamps=stamps, max_participations=k, min_sep=b)
-    return Row(name, mechanism, loss, mechanism.stamps, {s: l.loss for s, l in losses.items()}, time.perf_counter() - start)
+    return Row(
+        name, mechanism, loss, mechanism.stamps, {s: result.loss for s, result in losses.items()}, time.perf_counter() - start
+    )
 
 
 def compare(
@@ -107,7 +109,6 @@ def compare(
     say = progress or (lambda message: None)
 
     def single_epoch(m: int) -> Mechanism:
-        from pure_dp_mf.gaussian.optimize import optimize
 
         result = optimize(workload=prefix_sum(m), max_participations=1, min_sep=m)
         return DenseMechanism(decoder=result.decoder, encoder=result.encoder, name=f"MF(k=1, n={m})")
@@ -135,7 +136,7 @@ def compare(
 
 
 def plot_step_variance(rows: list[Row], path: str, *, noise_multiplier: float = 1.0, title: str = "") -> None:
-    """Per-step noise variance z²·diag(B·Bᵀ)·sens² of every row (paper 000 Fig. 1/4), log scale."""
+    """Per-step noise variance z²·diag(B·Bᵀ)·sens² of every row (Choquette-Choo et al. Fig. 1/4), log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,8 +145,14 @@ def plot_step_variance(rows: list[Row], path: str, *, noise_multiplier: float = 
     figure, axis = plt.subplots(figsize=(8, 5))
     colors = {id(row): f"C{i % 10}" for i, row in enumerate(rows)}
     for row in sorted(rows, key=lambda row: -row.loss.loss):  # lowest loss drawn last, on top
-        axis.plot(np.arange(1, row.mechanism.n + 1), noise_multiplier**2 * row.step_variance(), label=row.loss.name,
-                  linewidth=0.8, alpha=0.85, color=colors[id(row)])
+        axis.plot(
+            np.arange(1, row.mechanism.n + 1),
+            noise_multiplier**2 * row.step_variance(),
+            label=row.loss.name,
+            linewidth=0.8,
+            alpha=0.85,
+            color=colors[id(row)],
+        )
     axis.set_yscale("log")
     axis.set_xlabel("step")
     axis.set_ylabel("noise variance of the released prefix sum")

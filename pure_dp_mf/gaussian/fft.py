@@ -1,4 +1,4 @@
-"""The FFT mechanism and the FFT mechanism with the optimal decoder (paper 000, section 4, App. C, J, K).
+"""The FFT mechanism and the FFT mechanism with the optimal decoder (Choquette-Choo et al., section 4, App. C, J, K).
 
 Circulant embedding (App. J). The prefix-sum matrix A (n×n, lower-triangular ones) is the top-left
 block of the 2n×2n circulant A_circ whose first column is v = (1,…,1, 0,…,0) (n ones, n zeros):
@@ -14,7 +14,7 @@ conjugate symmetry λ_{2n−k} = conj(λ_k); K = F*·√Σ·F is then a real cir
 
     encoder C_F = K·E  (2n×n),   decoder B_F = P·K  (n×2n),   B_F·C_F = P·F*·Σ·F·E = A.
 
-(Paper 000's public code scales by Λ instead of √Λ; then B·C ≠ A. Not done here.)
+(Choquette-Choo et al.'s public code scales by Λ instead of √Λ; then B·C ≠ A. Not done here.)
 Both Grams are the same symmetric Toeplitz matrix T = C_Fᵀ·C_F = B_F·B_Fᵀ = P·F*·|Σ|·F·E, the top-left
 n×n block of the circulant with eigenvalues |λ|; so ‖B_F‖_F² = n·T₀₀ = ‖λ‖₁/2 and every step has
 the same noise variance T₀₀.
@@ -40,6 +40,7 @@ Dense matrices (``dense_encoder``/``dense_decoder``) exist only for tests at sma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -175,7 +176,7 @@ class SymmetricToeplitzInverse:
     """
 
     column: np.ndarray
-    apply_matrix: object
+    apply_matrix: Callable[[np.ndarray], np.ndarray]
     residual_tolerance: float = DEFAULT_RESIDUAL_TOLERANCE
     max_iterations: int = 2000
     setup_iterations: int = field(init=False, default=0)
@@ -286,9 +287,7 @@ class FFTOptimalDecoderMechanism:
     def __init__(self, n: int, *, residual_tolerance: float = DEFAULT_RESIDUAL_TOLERANCE) -> None:
         self.fft = FFTMechanism(n)
         self.n = self.fft.n
-        self.inverse = SymmetricToeplitzInverse(
-            self.fft.gram_column, self.fft.gram_apply, residual_tolerance=residual_tolerance
-        )
+        self.inverse = SymmetricToeplitzInverse(self.fft.gram_column, self.fft.gram_apply, residual_tolerance=residual_tolerance)
 
     @property
     def inner_size(self) -> int:

@@ -1,4 +1,4 @@
-"""Binary-tree mechanisms with Honaker's estimator from below (paper 000, App. D.3; Honaker 2015;
+"""Binary-tree mechanisms with Honaker's estimator from below (Choquette-Choo et al., App. D.3; Honaker 2015;
 Kairouz et al. 2021), for any n.
 
 Tree. N = 2^h ≥ n leaves (h = ⌈log₂ n⌉); node (l, i) at level l = 0..h covers the steps
@@ -22,7 +22,7 @@ Variants for n < N (the decoder B and which node rows the encoder keeps):
 * ``completion`` (Kairouz et al.): at the last step, run virtual zero steps up to N and release
   the root estimate, the lowest-variance node, for step n−1. The encoder has a row for every
   node of the full tree (the rows of all-virtual nodes are zero, but their noise is drawn).
-* ``completion-virtual-removed`` (paper 000, D.3): as ``completion``, but the noise of nodes
+* ``completion-virtual-removed`` (Choquette-Choo et al., D.3): as ``completion``, but the noise of nodes
   made only of virtual steps is not drawn: their (zero) encoder rows and their decoder columns
   are dropped, so B·C = A still holds and the sensitivity is unchanged; the loss drops.
 * ``full``: the full (pseudo-inverse) Honaker decoder B = A·C⁺ for the ``completion`` encoder,
@@ -35,15 +35,18 @@ variants step by step in O(h·d) memory: it never forms B or stores n×d noise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Literal
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import scipy.linalg
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
+
+Noise: TypeAlias = Any  # one noise value: a float64 array or a torch tensor, as the draw function returns
 
 Variant = Literal["online", "completion", "completion-virtual-removed", "full"]
 VARIANTS = ("online", "completion", "completion-virtual-removed", "full")
@@ -72,9 +75,12 @@ class HonakerMechanism:
 
     @property
     def name(self) -> str:
-        return {"online": "Honaker online", "completion": "Honaker + completion",
-                "completion-virtual-removed": "Honaker + completion, virtual noise removed",
-                "full": "Honaker full (pseudo-inverse)"}[self.variant]
+        return {
+            "online": "Honaker online",
+            "completion": "Honaker + completion",
+            "completion-virtual-removed": "Honaker + completion, virtual noise removed",
+            "full": "Honaker full (pseudo-inverse)",
+        }[self.variant]
 
     @property
     def height(self) -> int:
@@ -88,10 +94,10 @@ class HonakerMechanism:
     def _nodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(level, start, end) of every node of the full tree, ordered by level then index."""
         levels, starts = [], []
-        for level in range(self.height + 1):
-            count = self.leaves >> level
-            levels.append(np.full(count, level))
-            starts.append(np.arange(count) << level)
+        for height in range(self.height + 1):
+            count = self.leaves >> height
+            levels.append(np.full(count, height))
+            starts.append(np.arange(count) << height)
         level = np.concatenate(levels)
         start = np.concatenate(starts)
         return level, start, start + (1 << level)
@@ -133,7 +139,9 @@ class HonakerMechanism:
     @cached_property
     def _dense(self) -> tuple[np.ndarray, np.ndarray]:
         if self.n > DENSE_LIMIT:
-            raise InvalidInputError(f"dense tree matrices are built for n ≤ {DENSE_LIMIT}, got n = {self.n} (streaming has no limit)")
+            raise InvalidInputError(
+                f"dense tree matrices are built for n ≤ {DENSE_LIMIT}, got n = {self.n} (streaming has no limit)"
+            )
         level, start, end = self._nodes
         steps = np.arange(self.n)
         full_encoder = ((start[:, None] <= steps[None, :]) & (steps[None, :] < end[:, None])).astype(np.float64)
@@ -170,7 +178,7 @@ class HonakerMechanism:
         """B·z for z of shape (inner_size,) or (inner_size, d)."""
         return self.dense_decoder() @ np.asarray(z, dtype=np.float64)
 
-    def stream(self, draw: Callable[[], object]) -> "HonakerNoiseStream":
+    def stream(self, draw: Callable[[], Noise]) -> HonakerNoiseStream:
         """Step-by-step noise of the online variants, drawing one noise vector per node with ``draw()``."""
         if self.variant == "full":
             raise InvalidInputError("the full Honaker decoder is not online; it cannot be streamed")
@@ -191,12 +199,12 @@ class HonakerNoiseStream:
         self.height = max(0, int(n - 1).bit_length())
         self.alpha = honaker_weights(self.height)
         self.step = 0
-        self._stack: list[tuple[int, object]] = []  # (level, estimate noise) of maximal complete nodes
+        self._stack: list[tuple[int, Noise]] = []  # (level, estimate noise) of maximal complete nodes
 
     def __iter__(self):
         return self
 
-    def __next__(self) -> object:
+    def __next__(self) -> Noise:
         if self.step >= self.n:
             raise StopIteration
         self._merge_at(0, self.draw())  # push a new leaf
@@ -208,7 +216,7 @@ class HonakerNoiseStream:
             total = total + estimate
         return total
 
-    def _complete_tree(self) -> object:
+    def _complete_tree(self) -> Noise:
         """Run virtual zero steps up to N and return the root estimate's noise."""
         removed = self.variant == "completion-virtual-removed"
         real = self.step
@@ -226,16 +234,16 @@ class HonakerNoiseStream:
             position += size
         return self._stack[0][1]
 
-    def _virtual_estimate(self, level: int) -> object:
+    def _virtual_estimate(self, level: int) -> Noise:
         """Estimate noise of an all-virtual node built from fresh draws (no removal)."""
         estimate = self.draw()
-        for l in range(1, level + 1):
-            a = self.alpha[l]
-            sibling = self._virtual_estimate(l - 1)
+        for height in range(1, level + 1):
+            a = self.alpha[height]
+            sibling = self._virtual_estimate(height - 1)
             estimate = a * self.draw() + (1 - a) * (estimate + sibling)
         return estimate
 
-    def _merge_at(self, level: int, estimate: object) -> None:
+    def _merge_at(self, level: int, estimate: Noise) -> None:
         """Push a node estimate at ``level`` and merge equal levels bottom-up (each merge completes a node)."""
         while self._stack and self._stack[-1][0] == level:
             _, left = self._stack.pop()

@@ -1,11 +1,11 @@
-"""Optimal factorizations A = B·C under (k,b)-participation by the Lagrange dual (paper 000, §3, App. I).
+"""Optimal factorizations A = B·C under (k,b)-participation by the Lagrange dual (Choquette-Choo et al., §3, App. I).
 
 The problem (Eq. 6). With X = CᵀC and V = AᵀA the loss of Eq. 4 is ‖B‖_F²·sens(C)² with the
 optimal decoder B = A·C⁻¹, ‖B‖_F² = tr(V·X⁻¹); it is invariant under C → αC, so we solve
 
     minimise tr(V·X⁻¹)  over X ≻ 0  subject to  uᵀXu ≤ 1 for u ∈ 𝒟  [and X_ij ≥ 0 for (i,j) ∈ 𝒮].
 
-Three constraint sets (paper 000, Appendix I.3):
+Three constraint sets (Choquette-Choo et al., Appendix I.3):
 
 * ``"full"``: 𝒟 = every sign vector u ∈ {±1}^π on every pattern π (b·2^(k−1) of them), 𝒮 = ∅.
   Exact for scalar contributions (d = 1); small k only.
@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -80,6 +81,7 @@ import numpy as np
 import scipy.linalg
 
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.gaussian.participation import Participation
 from pure_dp_mf.gaussian.sensitivity import gram_sensitivity_squared, sign_vectors
 from pure_dp_mf.validation import check_matrix, check_positive, check_size
@@ -130,7 +132,7 @@ class OptimizationResult:
         return int(self.encoder.shape[1])
 
     def metadata(self) -> dict:
-        """The record stored with the factorization (DESIGN.md "Files")."""
+        """The record stored with the factorization (docs/architecture.md "Files")."""
         return {
             "metric": "meanse",
             "made_by": {
@@ -154,12 +156,11 @@ class OptimizationResult:
 
     def to_factorization(self):
         """The ``Factorization`` (decoder B, encoder C) with the loss, sensitivity and gap in its metadata."""
-        from pure_dp_mf.factorization import Factorization
 
         return Factorization(decoder=self.decoder, encoder=self.encoder, metadata=self.metadata())
 
 
-def _sensitivity_method(constraint: str) -> str:
+def _sensitivity_method(constraint: str) -> Literal["nonnegative", "exact"]:
     return "exact" if constraint == "full" else "nonnegative"
 
 
@@ -167,7 +168,7 @@ class _Dual:
     """g, ∇g and X(U) for one problem; the multipliers z = (v, λ) live in one vector."""
 
     def __init__(self, A: np.ndarray, schema: Participation, constraint: str) -> None:
-        n = schema.n
+        n = schema.steps
         self.A, self.schema, self.constraint = A, schema, constraint
         self.V = _gram(A)
         patterns = schema.patterns
@@ -181,7 +182,7 @@ class _Dual:
                 )
             vectors = np.zeros((count, n))
             for p, pattern in enumerate(patterns):
-                vectors[p * signs.shape[0]:(p + 1) * signs.shape[0], pattern] = signs
+                vectors[p * signs.shape[0] : (p + 1) * signs.shape[0], pattern] = signs
             rows = cols = np.zeros(0, dtype=np.int64)
         else:
             vectors = np.zeros((patterns.shape[0], n))
@@ -200,7 +201,7 @@ class _Dual:
         return np.concatenate([v, P[self.rows, self.cols]])
 
     def U(self, z: np.ndarray) -> np.ndarray:
-        v, lam = z[: self.m], z[self.m:]
+        v, lam = z[: self.m], z[self.m :]
         U = scipy.linalg.blas.dgemm(1.0, self.vectors.T * v, self.vectors)
         U[self.rows, self.cols] -= lam
         U[self.cols, self.rows] -= lam
@@ -287,7 +288,7 @@ def _repair(X: np.ndarray, schema: Participation, constraint: str) -> np.ndarray
     if constraint == "pairs":
         c = max(0.0, -float(np.min(X[schema.pair_mask])))
         if c > 0:
-            i = np.arange(schema.n)
+            i = np.arange(schema.steps)
             X = X + c * (i[:, None] % schema.min_sep == i[None, :] % schema.min_sep)
         return X
     return X
@@ -331,15 +332,16 @@ def optimize(
     constraint: Constraint = "nonnegative",
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     check_every: int = 10,
-    progress: bool = False,
+    progress: Callable[[Check], None] | None = None,
     workload_name: str | None = None,
     method: str = "auto",
 ) -> OptimizationResult:
-    """Optimal encoder/decoder for ``workload`` A (n×n) under (k,b)-participation (paper 000, §3).
+    """Optimal encoder/decoder for ``workload`` A (n×n) under (k,b)-participation (Choquette-Choo et al., §3).
 
     ``min_sep`` b defaults to n/k. Stops once (loss − dual bound)/dual bound ≤ ``gap`` or after
     ``max_iterations`` (then ``converged`` is False and the achieved gap is reported).
-    ``method``: "dual" (spectral projected gradient on the dual), "masked-primal" (L-BFGS on the
+    ``progress``: called with every ``Check`` (iteration, seconds, loss, dual bound, gap) as it is
+    made, e.g. to draw a progress bar. ``method``: "dual" (spectral projected gradient on the dual), "masked-primal" (L-BFGS on the
     orthogonal family, certified by a dual point; n = k·b, not "full"), or "auto" (masked-primal
     wherever possible, else dual).
 
@@ -368,8 +370,8 @@ def optimize(
     if method == "masked-primal" and not primal_possible:
         raise InvalidInputError("the masked primal method needs n = k·b and constraint 'nonnegative' or 'pairs'")
     if method == "masked-primal" or (method == "auto" and primal_possible):
-        with _Progress(progress, max_iterations) as bar, _blas_threads(n):
-            X, bound, v, iteration, history = _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
+        with _blas_threads(n):
+            X, bound, v, iteration, history = _masked_primal(A, schema, constraint, gap, max_iterations, check_every, progress)
         return _result(A, schema, constraint, X, bound, v, iteration, gap, started, workload_name, history)
 
     dual = _Dual(A, schema, constraint)
@@ -382,9 +384,8 @@ def optimize(
     step = 1.0
     iteration = 0
 
-    bar = _Progress(progress, max_iterations)
-    best = _Incumbents(bar=bar, gap=gap, max_iterations=max_iterations)
-    with bar, _blas_threads(n):
+    best = _Incumbents(progress=progress, gap=gap, max_iterations=max_iterations)
+    with _blas_threads(n):
         while True:
             g, grad, X, S = state
             if iteration % check_every == 0 or iteration == max_iterations:
@@ -464,7 +465,7 @@ def _masked_certificate(A, X, G, schema, constraint):
     entry of its block (U ⪰ 0) and U = Σ_π v_π·1_π1_πᵀ − Λ with Λ ≥ 0 where the constraint set
     allows it. Equalising the diagonal cut the certified gap 5–40× against v_π = max diagonal.
     """
-    n, b, k = schema.n, schema.min_sep, schema.max_participations
+    n, b, k = schema.steps, schema.min_sep, schema.max_participations
     classes = np.arange(n) % b
     cross = ~schema.pair_mask  # n = k·b: the pairs in no common pattern
     L = None
@@ -506,9 +507,9 @@ class _MaskedObjective:
         return _gram(np.cumsum(P.T, axis=0) if self.prefix_sum else _lower_times(self.A, P.T))
 
 
-def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar):
+def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, progress):
     """L-BFGS on the orthogonal family with dual certificates (module docstring)."""
-    n, b, k = schema.n, schema.min_sep, schema.max_participations
+    n, b, k = schema.steps, schema.min_sep, schema.max_participations
     classes = np.arange(n) % b
     bounded = ~schema.pair_mask if constraint == "nonnegative" else None  # n = k·b: pairs in no common pattern
     free = (~schema.pair_mask).astype(float)
@@ -541,7 +542,7 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, bar)
     G = objective.gradient(P)
     gradient = project(-G, X)
     pairs: list = []
-    best = _Incumbents(bar=bar, gap=gap, max_iterations=max_iterations, X=X)
+    best = _Incumbents(progress=progress, gap=gap, max_iterations=max_iterations, X=X)
     iteration = next_check = 0
     certifying = 0.0  # seconds spent in certificates
     while True:
@@ -611,12 +612,16 @@ class Check(NamedTuple):
 
 class _Incumbents:
     """The best primal point (least loss) and best dual bound seen so far, shared by both solvers:
-    the gap is always between these two, and each check is recorded in ``history`` and the bar."""
+    the gap is always between these two, and each check is recorded in ``history`` and passed to
+    the ``progress`` callback."""
 
-    def __init__(self, *, bar: "_Progress", gap: float, max_iterations: int, X: np.ndarray | None = None) -> None:
-        self.bar, self.gap, self.max_iterations = bar, gap, max_iterations
+    def __init__(
+        self, *, progress: Callable[[Check], None] | None, gap: float, max_iterations: int, X: np.ndarray | None = None
+    ) -> None:
+        self.progress, self.gap, self.max_iterations = progress, gap, max_iterations
         self.started = time.perf_counter()
-        self.loss, self.X, self.bound, self.v = np.inf, X, -np.inf, None
+        self.loss, self.X, self.bound = np.inf, X, -np.inf
+        self.v: np.ndarray | None = None
         self.history: list[Check] = []
 
     def offer(self, *, loss: float, X: np.ndarray, bound: float, v: np.ndarray) -> None:
@@ -629,32 +634,8 @@ class _Incumbents:
         """Offer a primal point and a dual bound; True when the gap or the iteration budget is reached."""
         self.offer(loss=loss, X=X, bound=bound, v=v)
         relative_gap = (self.loss - self.bound) / self.bound
-        self.history.append(Check(iteration, time.perf_counter() - self.started, self.loss, self.bound, relative_gap))
-        self.bar.update(iteration, self.loss, self.bound, relative_gap)
+        check = Check(iteration, time.perf_counter() - self.started, self.loss, self.bound, relative_gap)
+        self.history.append(check)
+        if self.progress is not None:
+            self.progress(check)
         return relative_gap <= self.gap or iteration >= self.max_iterations
-
-
-class _Progress:
-    """A rich progress bar showing primal loss, dual bound and gap (a no-op when disabled)."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled, self.total, self.progress = enabled, total, None
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)
-            self.progress.__enter__()
-            self.task = self.progress.add_task("dual ascent", total=self.total)
-        return self
-
-    def update(self, iteration: int, loss: float, bound: float, gap: float) -> None:
-        if self.progress is not None:
-            self.progress.update(
-                self.task, completed=iteration, description=f"loss {loss:.6g}  dual {bound:.6g}  gap {gap:.2e}"
-            )
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.__exit__(*exc)

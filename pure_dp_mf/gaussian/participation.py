@@ -1,4 +1,4 @@
-"""(k,b)-participation schemas (paper 000, section 2).
+"""(k,b)-participation schemas (Choquette-Choo et al., section 2).
 
 Under (k,b)-participation an example contributes to at most k steps of an n-step stream, and
 any two consecutive participations are exactly b steps apart: a participation pattern is
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -51,22 +52,27 @@ class Participation:
         object.__setattr__(self, "n", n)
 
     @classmethod
-    def single(cls, n: int) -> "Participation":
+    def single(cls, n: int) -> Participation:
         """Single participation on n steps: (k=1, b=n)."""
         n = check_size(n, name="n")
         return cls(max_participations=1, min_sep=n, n=n)
 
+    @property
+    def steps(self) -> int:
+        """n, filled in by ``__post_init__`` (k·b when not given)."""
+        return cast(int, self.n)
+
     @cached_property
     def patterns(self) -> np.ndarray:
         """The maximal patterns as an int array of shape (number of patterns, k), rows increasing."""
-        k, b, n = self.max_participations, self.min_sep, self.n
+        k, b, n = self.max_participations, self.min_sep, self.steps
         starts = np.arange(n - (k - 1) * b)
         return starts[:, None] + b * np.arange(k)[None, :]
 
     @cached_property
     def pair_mask(self) -> np.ndarray:
         """Π̂ ∪ diagonal: boolean n×n mask of (i, j) lying together in some pattern (i ≡ j mod b, |i−j| < k·b)."""
-        i = np.arange(self.n)
+        i = np.arange(self.steps)
         difference = i[:, None] - i[None, :]
         return (difference % self.min_sep == 0) & (np.abs(difference) < self.max_participations * self.min_sep)
 

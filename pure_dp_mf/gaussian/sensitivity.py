@@ -1,4 +1,4 @@
-"""Sensitivity of an encoder C under (k,b)-participation, and the errors of A = B·C (paper 000, §2).
+"""Sensitivity of an encoder C under (k,b)-participation, and the errors of A = B·C (Choquette-Choo et al., §2).
 
 For an encoder C (columns = steps) and a pattern π, a neighbouring dataset changes the input
 rows in π by vectors g_i with ‖g_i‖₂ ≤ 1 (ζ = 1), so the sensitivity is
@@ -54,8 +54,8 @@ def sign_vectors(k: int) -> np.ndarray:
 
 
 def _check_gram(X: np.ndarray, schema: Participation) -> None:
-    if X.shape != (schema.n, schema.n):
-        raise InvalidInputError(f"the encoder has {X.shape[0]} columns but the participation schema has n = {schema.n}")
+    if X.shape != (schema.steps, schema.steps):
+        raise InvalidInputError(f"the encoder has {X.shape[0]} columns but the participation schema has n = {schema.steps}")
 
 
 def gram_sensitivity_squared(*, gram: np.ndarray, schema: Participation, method: Method = "nonnegative") -> float:
@@ -91,10 +91,8 @@ def gram_sensitivity_squared(*, gram: np.ndarray, schema: Participation, method:
     raise InvalidInputError(f"unknown sensitivity method {method!r}; expected one of {METHODS}")
 
 
-def sensitivity_squared(
-    *, encoder: object, max_participations: int, min_sep: int, method: Method = "nonnegative"
-) -> float:
-    """sens(C)² under (k,b)-participation with n = number of columns of C (paper 000, §2).
+def sensitivity_squared(*, encoder: object, max_participations: int, min_sep: int, method: Method = "nonnegative") -> float:
+    """sens(C)² under (k,b)-participation with n = number of columns of C (Choquette-Choo et al., §2).
 
     Guarantee: ``"nonnegative"`` and ``"upper-bound"`` return an upper bound on the squared
     sensitivity for vector contributions of any dimension (equal to it, up to rounding, for
@@ -127,7 +125,9 @@ def optimal_decoder(*, workload: object, encoder: object) -> np.ndarray:
             raise InvalidInputError("the encoder is singular")
         return scipy.linalg.lu_solve(lu, A.T, trans=1).T
     if np.linalg.matrix_rank(C) < C.shape[1]:
-        raise InvalidInputError(f"the encoder (shape {C.shape}) does not have full column rank, so B·C = A has no solution in general")
+        raise InvalidInputError(
+            f"the encoder (shape {C.shape}) does not have full column rank, so B·C = A has no solution in general"
+        )
     return A @ np.linalg.pinv(C)
 
 

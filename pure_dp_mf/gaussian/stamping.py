@@ -1,4 +1,4 @@
-"""Stamping (paper 000, section 4 end, App. D.4) and the loss of Eq. 4 for any mechanism.
+"""Stamping (Choquette-Choo et al., section 4 end, App. D.4) and the loss of Eq. 4 for any mechanism.
 
 A mechanism here is anything with ``n``, ``inner_size``, ``name``, ``gram()`` (X = CᵀC, n×n),
 ``per_step_variance()`` (diag B·Bᵀ), ``decoder_frobenius_squared()``, ``decode(z)`` (B·z) and
@@ -24,9 +24,10 @@ for vector contributions of any dimension); the method used is reported.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 
 import numpy as np
 import scipy.linalg
@@ -38,9 +39,14 @@ from pure_dp_mf.validation import check_matrix, check_size
 
 
 class Mechanism(Protocol):
-    name: str
-    n: int
-    inner_size: int
+    """A Gaussian factorization mechanism: decoder B (n × inner_size), encoder C, noise decoding."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def inner_size(self) -> int: ...
 
     def gram(self) -> np.ndarray: ...
     def per_step_variance(self) -> np.ndarray: ...
@@ -148,7 +154,9 @@ def pseudo_inverse_stamp(*, workload: np.ndarray, encoder: np.ndarray, stamps: i
     C = check_matrix(encoder, name="encoder")
     A = check_matrix(workload, name="workload")
     if A.shape != (s * C.shape[1], s * C.shape[1]):
-        raise InvalidInputError(f"workload must be {s * C.shape[1]}×{s * C.shape[1]} for {s} stamps of a {C.shape} encoder, got {A.shape}")
+        raise InvalidInputError(
+            f"workload must be {s * C.shape[1]}×{s * C.shape[1]} for {s} stamps of a {C.shape} encoder, got {A.shape}"
+        )
     if np.linalg.matrix_rank(C) < C.shape[1]:
         raise InvalidInputError(f"the encoder (shape {C.shape}) does not have full column rank")
     pinv = np.linalg.pinv(C)

@@ -1,6 +1,6 @@
-"""Correlated noise for torch training loops: step t of B·z for every parameter (paper 000, section 5).
+"""Correlated noise for torch training loops: step t of B·z for every parameter (Choquette-Choo et al., section 5).
 
-In DP-SGD with a matrix mechanism A = B·C (paper 000, "step 4"), the clipped, summed gradient of
+In DP-SGD with a matrix mechanism A = B·C (Choquette-Choo et al., "step 4"), the clipped, summed gradient of
 step t gets the noise σ·(B·z)_t, z ~ N(0, I) independently per parameter coordinate, with
 σ = noise multiplier · clip norm · sens(C). ``NoiseGenerator(mechanism, shapes, noise_std=σ)``
 returns, at each ``next()``, one tensor per parameter shape holding σ·(B·z)_t.
@@ -17,7 +17,7 @@ whole z for every step (B_F and B_opt are not causal: row t depends on all 2n en
 their noise is computed for a whole stamp at once, by chunks of parameters, and kept as an (m×d)
 float32 array, m the stamp length (m = n without stamping): in memory by default, or, with
 ``scratch_dir``, in a private (mode 0600) file there that is deleted once the stamp is used up
-(paper 000, App. C: pre-generated noise read row by row). A released step's noise is never
+(Choquette-Choo et al., App. C: pre-generated noise read row by row). A released step's noise is never
 recomputed.
 """
 
@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -100,7 +101,7 @@ class NoiseGenerator:
 
     @property
     def mode(self) -> str:
-        """"secure" (os.urandom) or "seeded" (reproducible, not secure)."""
+        """ "secure" (os.urandom) or "seeded" (reproducible, not secure)."""
         return self._source.mode
 
     @property
@@ -135,7 +136,7 @@ class NoiseGenerator:
             if handle is not None:
                 handle.close()  # deletes the file
 
-    def _generate(self) -> Iterator[torch.Tensor]:
+    def _generate(self) -> Generator[torch.Tensor, None, None]:
         if isinstance(self.mechanism, StampedMechanism):
             carry = None
             for _ in range(self.mechanism.stamps):
@@ -143,11 +144,12 @@ class NoiseGenerator:
                 for noise in self._block(self.mechanism.base):
                     last = noise
                     yield noise if carry is None else noise + carry
-                carry = last if carry is None else carry + last
+                if last is not None:
+                    carry = last if carry is None else carry + last
         else:
             yield from self._block(self.mechanism)
 
-    def __iter__(self) -> "NoiseGenerator":
+    def __iter__(self) -> NoiseGenerator:
         return self
 
     def __next__(self) -> list[torch.Tensor]:
@@ -167,5 +169,5 @@ class NoiseGenerator:
             raise InvalidInputError(f"all {self.n} steps of the mechanism have been used") from None
 
 
-def _is_online_tree(mechanism: object) -> bool:
+def _is_online_tree(mechanism: object) -> TypeGuard[HonakerMechanism]:
     return isinstance(mechanism, HonakerMechanism) and mechanism.variant != "full"

@@ -1,0 +1,55 @@
+"""The data shipped inside the package: base factorizations and their certificates.
+
+``pure_dp_mf/data/base_factorizations/k{K:03d}_{metric}.npz`` holds the trained bases (encoder
+on the 2⁻³² grid) and ``pure_dp_mf/data/certificates/k{K:03d}_{metric}.json`` their exact
+certificates (each names its base by a path relative to itself). Both folders are package data,
+found through ``importlib.resources``, so an installed wheel has them as a source checkout does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+from pure_dp_mf.errors import InvalidInputError
+
+_DATA = Path(str(resources.files("pure_dp_mf") / "data"))
+BASE_FOLDER = _DATA / "base_factorizations"
+CERTIFICATE_FOLDER = _DATA / "certificates"
+_BASE_NAME = re.compile(r"k(\d+)_(maxse|meanse)\.npz")
+
+
+def base_files(folder: str | os.PathLike | None = None) -> list[Path]:
+    """The base files ``k{K}_{metric}.npz`` of ``folder`` (default: the shipped ones), by name."""
+    folder = Path(folder) if folder is not None else BASE_FOLDER
+    return sorted(path for path in folder.glob("k*_*.npz") if _BASE_NAME.fullmatch(path.name))
+
+
+def base_file(*, base_size: int, metric: str, folder: str | os.PathLike | None = None) -> Path:
+    """The file of the base of size ``base_size`` for ``metric``; a clear error if it is absent."""
+    folder = Path(folder) if folder is not None else BASE_FOLDER
+    path = folder / f"k{base_size:03d}_{metric}.npz"
+    if not path.is_file():
+        raise InvalidInputError(f"no base factorization {path.name} in {folder}")
+    return path
+
+
+def largest_base_file(*, metric: str = "maxse", folder: str | os.PathLike | None = None) -> Path:
+    """The base of the largest k for ``metric`` in ``folder`` (default: the shipped ones)."""
+    folder = Path(folder) if folder is not None else BASE_FOLDER
+    candidates = {}
+    for path in base_files(folder):
+        match = _BASE_NAME.fullmatch(path.name)
+        if match and match.group(2) == metric:
+            candidates[int(match.group(1))] = path
+    if not candidates:
+        raise InvalidInputError(f"no shipped base factorization k*_{metric}.npz in {folder}; pass a base file")
+    return candidates[max(candidates)]
+
+
+def certificate_file(base: str | os.PathLike, *, folder: str | os.PathLike | None = None) -> Path:
+    """The certificate ``{stem}.json`` of a base file, in ``folder`` (default: the shipped ones)."""
+    folder = Path(folder) if folder is not None else CERTIFICATE_FOLDER
+    return folder / f"{Path(base).stem}.json"
