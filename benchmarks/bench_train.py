@@ -14,6 +14,13 @@ final constant, and the ratio baseline/ours. With --repeats r > 1 every figure i
 
     .venv/bin/python benchmarks/bench_train.py --sizes 64 128 256 --steps 50000    # full
     .venv/bin/python benchmarks/bench_train.py --sizes 64 --steps 3000             # reduced
+
+``--step-time K``: instead, time one Adam step (objective, backward, update) at k = K, side by
+side in one process: the previous decoder (a solve against T_kᵀ, float64), the current one (one
+inversion, L = cumsum(R⁻¹), float64) and the current one in float32, each with 1 and 2 torch
+threads, from the same warm start; medians of ``--repeats`` (default 9) steps after 2 warm-up steps.
+
+    .venv/bin/python benchmarks/bench_train.py --step-time 1024
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+
+import numpy as np
 
 from pure_dp_mf.train import TrainSettings, paper_target, train_base_factorization
 
@@ -53,6 +62,52 @@ def show(value, pattern):
     return "-" if value is None else pattern.format(value)
 
 
+def step_times(k: int, repeats: int) -> None:
+    """Median seconds per Adam step for each decoder, precision and thread count (see above)."""
+    import torch
+
+    from pure_dp_mf.train import _Objective
+
+    settings = TrainSettings(base_size=k, metric="maxse", inner_size=k)
+    generator = np.random.default_rng(0)
+    start = np.eye(k) + 1e-2 * generator.standard_normal((k, k)) / k
+    T = torch.tril(torch.ones(k, k, dtype=torch.float64))
+
+    def solve_decoder(R):  # the previous implementation: one LU solve of Rᵀ·Lᵀ = T_kᵀ
+        return torch.linalg.solve(R.T, T.to(R.dtype).T).T
+
+    rows = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for name, dtype, decoder in (
+            ("solve, float64 (before)", torch.float64, solve_decoder),
+            ("inverse, float64", torch.float64, None),
+            ("inverse, float32", torch.float32, None),
+        ):
+            objective = _Objective(settings, torch, torch.device("cpu"))
+            if decoder is not None:
+                objective.decoder = decoder
+            parameter = torch.tensor(start, dtype=torch.float64, requires_grad=True)
+            adam = torch.optim.Adam([parameter], lr=1e-4)
+            times = []
+            for step in range(repeats + 2):
+                began = time.perf_counter()
+                adam.zero_grad(set_to_none=True)
+                loss, _ = objective(parameter.to(dtype), 64.0)
+                loss.backward()
+                adam.step()
+                with torch.no_grad():
+                    parameter.div_(parameter.abs().sum(dim=0).max())
+                if step >= 2:
+                    times.append(time.perf_counter() - began)
+            rows.append((threads, name, statistics.median(times)))
+    before = {threads: seconds for threads, name, seconds in rows if name.startswith("solve")}
+    print(f"k = {k}: seconds per Adam step (median of {repeats}), ratio to the solve path at the same threads")
+    print(f"{'threads':>7} | {'decoder':<24} | {'s/step':>7} | {'ratio':>6}")
+    for threads, name, seconds in rows:
+        print(f"{threads:>7} | {name:<24} | {seconds:7.3f} | {seconds / before[threads]:6.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128, 256])
@@ -60,8 +115,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50_000, help="Adam steps of both runs (paper: 50 000)")
     parser.add_argument("--lbfgs-steps", type=int, default=300, help="L-BFGS steps of our trainer")
     parser.add_argument("--baseline-learning-rate", type=float, default=1e-3)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=None, help="repeats (default 1; 9 with --step-time)")
+    parser.add_argument("--step-time", type=int, default=None, metavar="K", help="time one Adam step at k = K instead")
     arguments = parser.parse_args()
+    if arguments.step_time is not None:
+        step_times(arguments.step_time, arguments.repeats or 9)
+        return
+    arguments.repeats = arguments.repeats or 1
 
     header = f"{'k':>5} {'metric':>6} | {'run':>8} | {'steps/s':>8} | {'steps→target':>12} | {'s→target':>9} | {'final 2C²':>9} | {'Table 2':>7}"
     print(header)

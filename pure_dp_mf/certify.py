@@ -345,12 +345,11 @@ def _certifier_decoder_bound(P: np.ndarray, M: np.ndarray, *, g: int, metric: st
     G·2^2g = (M·P − 2^2g·T_k)·T_k⁻¹ = M·(P·T_k⁻¹) − 2^2g·I, and P·T_k⁻¹ is P with each column
     minus the next one: one integer product of small entries, no residual matrix formed.
     """
-    n = P.shape[0]
     scale = 1 << (2 * g)
     Q = P.copy()
     Q[:, :-1] -= P[:, 1:]  # P·T_k⁻¹
     M_exact = exact.integer_matrix(M)
-    G = M_exact * exact.integer_matrix(Q) - exact.integer_matrix(np.eye(n, dtype=np.int64)) * scale  # G·2^2g
+    G = exact.subtract_scaled_identity(M_exact * exact.integer_matrix(Q), scale)  # G·2^2g
     G_rows = exact.rows_of(G)
     if metric == "maxse":
         rho = gmpy2.mpq(max(exact.row_abs_sums(G_rows)), scale)
@@ -457,7 +456,8 @@ def certify_factorization(
     say(f"exact residual, series and norms (k = {k})")
     P = exact.grid_integers(R_rounded, grid_bits=grid_bits, name="the rounded encoder")
     M = exact.grid_integers(approximate_decoder, grid_bits=grid_bits, nearest=True, name="the decoder")
-    record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
+    with exact.flint_threads():
+        record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
     sensitivity = gmpy2.mpq(max(exact.column_abs_sums(P)), gmpy2.mpz(2) ** grid_bits)
     decoder = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
     if metric == "maxse":
@@ -595,9 +595,12 @@ def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str
     M = exact.grid_integers(approximate, grid_bits=g, nearest=True, name="the verifier's decoder")
     scale = 1 << (2 * g)
     M_exact = exact.integer_matrix(M)
-    residual = M_exact * exact.integer_matrix(P) - exact.integer_matrix(np.tri(n, dtype=np.int64)) * scale  # Δ̃·2^2g
-    residual_rows = exact.rows_of(residual)
-    G_rows = [[row[j] - row[j + 1] for j in range(n - 1)] + [row[n - 1]] for row in residual_rows]  # G·2^2g
+    product = M_exact * exact.integer_matrix(P)  # L̃R̃·2^2g; Δ̃·2^2g = product − 2^2g·T_k
+    product_rows = exact.rows_of(product)
+    # G = Δ̃·T_k⁻¹ by column differences; T_k·T_k⁻¹ = I, so the 2^2g·T_k part leaves −2^2g on the diagonal
+    G_rows = [[row[j] - row[j + 1] for j in range(n - 1)] + [row[n - 1]] for row in product_rows]
+    for i, row in enumerate(G_rows):
+        row[i] -= scale
     if metric == "maxse":
         rho = gmpy2.mpq(max(exact.row_abs_sums(G_rows)), scale)
     else:
@@ -608,7 +611,8 @@ def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str
         )
     W = M.copy()
     W[1:] -= M[:-1]  # T_k⁻¹·M
-    E1 = residual * exact.integer_matrix(W) * -1  # E₁·2^3g = −Δ̃·T_k⁻¹·L̃·2^3g
+    # E₁·2^3g = −Δ̃·T_k⁻¹·L̃·2^3g = 2^2g·T_k·W − product·W = 2^2g·M − product·W (T_k·W = M)
+    E1 = M_exact * scale - product * exact.integer_matrix(W)
     combine = max if metric == "maxse" else sum
     denominator = gmpy2.mpz(2) ** (6 * g)
     A = gmpy2.mpq(combine(exact.row_sums_of_squares(exact.rows_of(M_exact * scale + E1))), denominator)
@@ -666,7 +670,8 @@ def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = N
 
     say("exact residual, series and norms")
     D_name = _DECODER_CLAIM[metric]
-    A, B, c = _verifier_decoder_bound(R, P, g=g, metric=metric)
+    with exact.flint_threads():
+        A, B, c = _verifier_decoder_bound(R, P, g=g, metric=metric)
     D = claims[D_name]
     proven = exact.sqrt_upper(A) + c * exact.sqrt_upper(B)
     record(D_name, _sum_of_roots_holds(D, A, B, c), proven, f"the verifier proves only ≤ {float(proven)!r}")

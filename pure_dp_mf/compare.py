@@ -247,3 +247,25 @@ def leading_constant_series(
             series.setdefault(mechanism, []).append((exponent, max_constant, mean_constant))
     order = {name: position for position, name in enumerate(trees.MECHANISMS)}
     return dict(sorted(series.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
+
+
+def winning_bases(
+    *, metric: str, exponents: Iterable[int] = range(1, 61), directory: str | os.PathLike | None = None
+) -> list[tuple[int, int, float]]:
+    """Where each base wins: [(first exponent e, base size k, leading constant at n = 2^e)], one
+    entry each time the best base (least error of ``metric`` at n = 2^e among the bases in
+    ``directory``, default the shipped ones) changes, in increasing n."""
+    if metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    changes: list[tuple[int, int, float]] = []
+    for exponent in exponents:
+        rows = [
+            row for row in lifted_rows(n=1 << check_size(exponent, name="exponent"), directory=directory) if row.metric == metric
+        ]
+        if not rows:
+            raise InvalidInputError(f"no {metric} base factorization in {directory or resources.BASE_FOLDER}")
+        row = rows[0]
+        constant = row.max_se_constant if metric == "maxse" else row.mean_se_constant
+        if not changes or changes[-1][1] != row.arity:
+            changes.append((exponent, int(row.arity or 0), constant))
+    return changes

@@ -37,7 +37,10 @@ the certifier and the verifier (``certify.py``) are built from:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from fractions import Fraction
 from functools import cache, lru_cache
 from typing import TypeAlias
@@ -127,6 +130,25 @@ def integer_matrix(values: np.ndarray) -> flint.fmpz_mat:
     return flint.fmpz_mat(
         rows, columns, [int(v) for v in array.ravel().tolist()] if array.dtype == object else array.ravel().tolist()
     )
+
+
+@contextlib.contextmanager
+def flint_threads(threads: int | None = None) -> Iterator[None]:
+    """Let FLINT's matrix products use ``threads`` threads (default: every core, at most 8) inside
+    the block, and restore the previous setting after. Products stay exact; only their speed changes."""
+    previous = flint.ctx.threads
+    flint.ctx.threads = threads if threads is not None else max(1, min(os.cpu_count() or 1, 8))
+    try:
+        yield
+    finally:
+        flint.ctx.threads = previous
+
+
+def subtract_scaled_identity(matrix: flint.fmpz_mat, scale: int) -> flint.fmpz_mat:
+    """matrix − scale·I in place (square ``fmpz_mat``), without forming I; returns the matrix."""
+    for i in range(matrix.nrows()):
+        matrix[i, i] = matrix[i, i] - scale
+    return matrix
 
 
 def rows_of(matrix: flint.fmpz_mat) -> list[list]:

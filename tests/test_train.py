@@ -321,3 +321,78 @@ def test_shipped_base_factorizations(path):
     assert loaded.metadata["costs"][key] == pytest.approx(achieved, rel=1e-12)
     # at most Table 2's value
     assert achieved <= PAPER_TABLE_2[k][0 if metric == "maxse" else 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Divergence guard and the float32 Adam phase.
+
+
+def test_guard_rejects_a_blow_up_restores_and_halves_the_rate(tmp_path):
+    """At learning rate 3 (about 60× the default for k = 12) Adam throws R far off; the guard
+    undoes each step whose true cost c exceeds 2× the best so far and halves the rate. Without the
+    guard the same run's cost explodes."""
+
+    def run(**changes):
+        settings = TrainSettings(
+            base_size=12, metric="maxse", adam_steps=120, lbfgs_steps=0, learning_rate=3.0, seed=1, **changes
+        )
+        seen: list[float] = []
+        result = train_base_factorization(
+            settings=settings, checkpoint=tmp_path / "g.ckpt", progress=lambda step, total, now, best: seen.append(now)
+        )
+        return result, seen
+
+    result, seen = run()
+    assert result.rejected_steps >= 1
+    state = load_checkpoint(tmp_path / "g.ckpt")
+    assert state["rejections"] == result.rejected_steps and state["lr_scale"] == 0.5**result.rejected_steps
+    best = np.minimum.accumulate(seen)
+    # the guard bounds the cost c by 2× its best, so the constant 2C² ∝ c² by 4×
+    assert np.all(np.isfinite(seen)) and np.all(np.array(seen[1:]) <= 4.0 * best[:-1] * (1 + 1e-9))
+    constant = result.factorization.metadata["costs"]["max_se_constant"]
+    assert constant == pytest.approx(min(seen), rel=1e-6)
+    assert result.factorization.metadata["made_by"]["rejected_steps"] == result.rejected_steps
+    unguarded, wild = run(guard_factor=1e300)
+    assert unguarded.rejected_steps == 0 and max(wild) > 10 * min(wild)
+
+
+def test_guard_and_resume_stay_bit_identical(tmp_path):
+    settings = TrainSettings(
+        base_size=10, metric="maxse", adam_steps=60, lbfgs_steps=0, learning_rate=2.0, seed=3, checkpoint_every=5
+    )
+    whole = train_base_factorization(settings=settings, checkpoint=tmp_path / "w.ckpt")
+    assert whole.rejected_steps >= 1
+    train_base_factorization(settings=settings, checkpoint=tmp_path / "p.ckpt", stop_after=30)
+    resumed = train_base_factorization(settings=settings, checkpoint=tmp_path / "r.ckpt", resume=tmp_path / "p.ckpt")
+    assert resumed.rejected_steps == whole.rejected_steps
+    assert np.array_equal(resumed.factorization.encoder, whole.factorization.encoder)
+
+
+@pytest.mark.parametrize("metric", ["maxse", "meanse"])
+def test_float32_adam_phase_reaches_the_float64_constant(metric):
+    """The float32 objective changes the Adam steps only by rounding: after the float64 L-BFGS
+    polish both runs land within 1 % of each other (k = 16), and the result is float64 on the grid."""
+    results = {}
+    for precision in ("float64", "float32"):
+        settings = TrainSettings(base_size=16, metric=metric, adam_steps=600, lbfgs_steps=20, adam_precision=precision)
+        results[precision] = train_base_factorization(settings=settings).factorization
+    key = "max_se_constant" if metric == "maxse" else "mean_se_constant"
+    single, double = (results[p].metadata["costs"][key] for p in ("float32", "float64"))
+    assert single == pytest.approx(double, rel=0.01)
+    encoder = results["float32"].encoder
+    assert encoder.dtype == np.float64 and np.array_equal(encoder * 2.0**32, np.round(encoder * 2.0**32))
+    with pytest.raises(InvalidInputError, match="adam_precision"):
+        train_base_factorization(settings=TrainSettings(base_size=4, metric=metric, adam_precision="float16"))
+    with pytest.raises(InvalidInputError, match="guard_factor"):
+        train_base_factorization(settings=TrainSettings(base_size=4, metric=metric, guard_factor=1.0))
+
+
+def test_decoder_by_inverse_equals_the_solve():
+    """L = cumsum(R⁻¹) over rows is T_k·R⁻¹ (T_k sums rows 1…t)."""
+    from pure_dp_mf.train import _Objective
+
+    rng = np.random.default_rng(5)
+    R = np.eye(9) + 0.1 * rng.standard_normal((9, 9))
+    objective = _Objective(TrainSettings(base_size=9, metric="maxse", inner_size=9), torch, torch.device("cpu"))
+    L = objective.decoder(torch.tensor(R)).numpy()
+    np.testing.assert_allclose(L, np.tri(9) @ np.linalg.inv(R), rtol=1e-12, atol=1e-12)

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from pure_dp_mf import workloads
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.gaussian.accounting import epsilon_for, noise_multiplier_for
-from pure_dp_mf.gaussian.optimize import Constraint, optimize
+from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, Constraint, optimize
 
 multi_epoch_app = typer.Typer(
     help="Gaussian multi-epoch matrix factorization (Choquette-Choo et al.): optimize under (k,b)-participation, account ε.",
@@ -30,9 +30,9 @@ def optimize_command(
     min_sep: int | None = typer.Option(None, "--min-sep", help="b: steps between participations (default n/k)"),
     workload: str = typer.Option("prefix", "--workload", help="prefix | momentum | momentum-cooldown"),
     momentum: float = typer.Option(workloads.DEFAULT_MOMENTUM, "--momentum", help="β for the momentum workloads"),
-    gap: float = typer.Option(1e-3, "--gap", help="stop at this relative duality gap"),
+    gap: float = typer.Option(DEFAULT_GAP, "--gap", help="stop at this relative duality gap"),
     constraint: str = typer.Option("nonnegative", "--constraint", help="nonnegative | pairs | full"),
-    max_iterations: int = typer.Option(20_000, "--max-iterations"),
+    max_iterations: int = typer.Option(DEFAULT_MAX_ITERATIONS, "--max-iterations"),
     out: Path = typer.Option(..., "--out", help="factorization file (.npz) to write"),
     as_json: bool = typer.Option(
         False, "--json", help="print the result record and its history of certified (time, loss, bound, gap) as JSON"
