@@ -75,6 +75,15 @@ class NoiseGenerator:
         key = hashlib.sha256(_SEED_DOMAIN + seed.to_bytes((seed.bit_length() + 8) // 8, "little")).digest()
         return cls(key=key, seeded=True)
 
+    def child(self, label: str) -> NoiseGenerator:
+        """An independent generator for another counter: key SHA-256(key ‖ "child" ‖ label), same
+        seededness. Distinct labels give unrelated keys (SHA-256 as a PRF)."""
+        if not isinstance(label, str) or not label:
+            raise InvalidInputError("a child generator needs a non-empty label")
+        encoded = label.encode()
+        key = hashlib.sha256(self.key + b"child\x00" + len(encoded).to_bytes(8, "little") + encoded).digest()
+        return NoiseGenerator(key=key, seeded=self.seeded)
+
     def words(self, *, index: int, size: int) -> np.ndarray:
         """``size`` uniform 64-bit words of block ``index`` (a non-negative integer)."""
         return self.words_of_blocks(indices=[index], size=size)

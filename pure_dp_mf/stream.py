@@ -28,6 +28,7 @@ the sensitivity of the truncated encoder.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -52,6 +53,7 @@ from pure_dp_mf.validation import check_positive, check_size
 
 STATE_FORMAT = "pure_dp_mf.counter_state/1"
 LEDGER_SUFFIX = ".released"
+LOCK_SUFFIX = ".lock"
 CHUNK = 1 << 15  # steps of noise computed ahead by the counter
 
 
@@ -346,7 +348,9 @@ class ContinualCounter:
             raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
         self.last_release: list[int] | None = None
         self.lineage = _lineage or uuid.uuid4().hex
+        _claim_generator(self.rng, lineage=self.lineage)
         self.state_path: Path | None = None
+        self._lock: _StateLock | None = None
         self._buffer_start, self._buffer = 0, np.zeros((0, self.dimension), dtype=np.int64)
         self._buffer_list: list[int] | None = None
 
@@ -458,9 +462,28 @@ class ContinualCounter:
         path = Path(path)
         if not path.parent.exists():
             raise StateFileError(f"cannot write {path}: folder {path.parent} does not exist")
+        if self._lock is None or self._lock.path != path:
+            lock = _StateLock(path)
+            if self._lock is not None:
+                self._lock.release()
+            self._lock = lock
         self.state_path = path
         self._persist(released=self.released, prefix_sums=self.prefix_sums, last_release=self.last_release)
         return path
+
+    def close(self) -> None:
+        """Release the lock on the state file (also released when the process ends, however it
+        ends). The counter keeps working in memory but no longer persists."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self.state_path = None
+
+    def __enter__(self) -> ContinualCounter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def from_certificate(
@@ -502,6 +525,24 @@ class ContinualCounter:
     ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again. ``base`` (default: the file the state
         names), ``epsilon``, ``horizon`` and ``rng``, when given, must match the state."""
+        lock = _StateLock(Path(path))  # first: a second process is refused before anything is read
+        try:
+            return cls._resume_locked(path, lock=lock, base=base, epsilon=epsilon, horizon=horizon, rng=rng)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _resume_locked(
+        cls,
+        path: str | os.PathLike,
+        *,
+        lock: _StateLock,
+        base: Factorization | str | os.PathLike | None,
+        epsilon: float | None,
+        horizon: int | None,
+        rng: NoiseGenerator | None,
+    ) -> ContinualCounter:
         record = read_state(path)
         if epsilon is not None and float.fromhex(record["epsilon"]) != check_positive(epsilon, name="epsilon"):
             raise StateFileError(f"{path}: the state is for epsilon {float.fromhex(record['epsilon'])}, not {epsilon}")
@@ -533,6 +574,7 @@ class ContinualCounter:
         counter.last_release = record["last_release"]
         counter.certificate = record["base"].get("certificate")
         counter.state_path = Path(path)
+        counter._lock = lock
         return counter
 
 
@@ -563,6 +605,58 @@ def open_release_log(path: Path, *, counter: ContinualCounter, resumed: bool) ->
         stream.close()
         raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
     return stream
+
+
+_CLAIMED: dict[bytes, str] = {}  # sha256 of each secure generator key feeding a counter here → its lineage
+
+
+def _claim_generator(rng: NoiseGenerator, *, lineage: str) -> None:
+    """Refuse a secure generator that already feeds a counter of another lineage in this process.
+
+    Guarantee: two counters never add the same noise to different data through one generator
+    (their difference would reveal T·(x − x') exactly). A resumed counter has the lineage of the
+    one it continues and is accepted; a seeded generator (public, not private) is not tracked."""
+    if rng.seeded:
+        return
+    tag = hashlib.sha256(rng.key).digest()
+    owner = _CLAIMED.setdefault(tag, lineage)
+    if owner != lineage:
+        raise InvalidInputError(
+            "this NoiseGenerator already feeds another counter: its noise would be reused on other data; "
+            "give each counter its own generator (NoiseGenerator.secure(), or generator.child(label))"
+        )
+
+
+class _StateLock:
+    """An exclusive OS lock (``flock``) on ``<state>.lock``, held while a counter uses the state.
+
+    Guarantee: a second process (or a second counter in this process) opening the same state is
+    refused at once, so two runs never release the same steps; the OS drops the lock when the
+    process ends, however it ends, so a crash never leaves the state locked."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file: IO[bytes] | None = None
+        lock_path = self.path.with_name(self.path.name + LOCK_SUFFIX)
+        try:
+            handle = open(lock_path, "ab")
+        except OSError as error:
+            raise StateFileError(f"cannot lock {self.path}: {error.strerror}") from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise StateFileError(
+                f"{self.path} is in use by another counter (locked through {lock_path.name}); "
+                "two runs on one state would release the same steps twice"
+            ) from None
+        self._file = handle
+
+    def release(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
 
 
 def _checksum(record: dict) -> str:
@@ -620,4 +714,9 @@ def read_state(path: str | os.PathLike) -> dict:
                 f"{path}: stale state: it has {record['released']} released steps but {ledger_released} were released; "
                 "resuming would release steps again"
             )
+    elif record["released"] > 0:
+        raise StateFileError(
+            f"{path}: the release ledger {ledger_path.name} is missing but the state has released {record['released']} "
+            "steps: the state may be a copy, or the ledger was deleted; resuming could release steps again"
+        )
     return record

@@ -264,11 +264,15 @@ def test_resume_continues_exactly_and_refuses_stale_or_foreign_states(base_file,
     assert os.stat(path).st_mode & 0o777 == 0o600  # it holds the generator key
     snapshot = path.read_bytes()
     middle = [counter.update(int(v)) for v in x[50:70]]  # the state is rewritten before each release
+    with pytest.raises(StateFileError, match="in use by another counter"):
+        ContinualCounter.resume(path)  # the first counter still holds the state
+    counter.close()  # as when its process ends
     resumed = ContinualCounter.resume(path)
     assert resumed.released == 70 and resumed.seeded
     rest = resumed.counts(x[70:])
     assert np.array_equal(np.concatenate([first, middle, rest]), uninterrupted)
 
+    resumed.close()
     path.write_bytes(snapshot)  # an older copy of the state: steps 51..120 were released since
     with pytest.raises(StateFileError, match="stale state"):
         ContinualCounter.resume(path)
@@ -279,6 +283,7 @@ def test_state_mismatch_and_corruption(base_file, tmp_path):
     counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(1))
     counter.counts([1, 0, 1])
     counter.save_state(path)
+    counter.close()
     other_base = tmp_path / "other.npz"
     _grid_base(8, 2).save(other_base, store_decoder=False)
     with pytest.raises(StateFileError, match="another base"):
@@ -300,10 +305,68 @@ def test_state_mismatch_and_corruption(base_file, tmp_path):
         ContinualCounter.resume(path)
     path.write_text(text)
     (tmp_path / "state.json.released").write_text('{"lineage": "someone else", "released": 3}')
-    with pytest.raises(StateFileError, match="another counter"):
+    with pytest.raises(StateFileError, match="ledger belongs to another counter"):
         ContinualCounter.resume(path)
     with pytest.raises(StateFileError, match="no such"):
         ContinualCounter.resume(tmp_path / "missing.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# One noise lineage per counter: no shared generator, no copied state, no second process.
+
+
+def test_a_secure_generator_feeds_one_counter_only(base_file):
+    rng = NoiseGenerator.secure()
+    first = ContinualCounter(base=base_file, epsilon=1.0, horizon=40, rng=rng)
+    with pytest.raises(InvalidInputError, match="already feeds another counter"):
+        ContinualCounter(base=base_file, epsilon=1.0, horizon=40, rng=rng)
+    child = ContinualCounter(base=base_file, epsilon=1.0, horizon=40, rng=rng.child("second"))
+    x = np.zeros(40, dtype=int)
+    assert not np.array_equal(first.counts(x), child.counts(x))  # independent noise, not the same
+    assert rng.child("a").key != rng.child("b").key and rng.child("a").key == rng.child("a").key
+    with pytest.raises(InvalidInputError):
+        rng.child("")
+
+
+def test_a_copied_state_or_a_missing_ledger_is_refused(base_file, tmp_path):
+    path = tmp_path / "state.json"
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=30, rng=NoiseGenerator.secure())
+    counter.save_state(path)
+    counter.counts([1, 0, 1, 1])
+    counter.close()
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(path.read_bytes())  # the state without its ledger
+    with pytest.raises(StateFileError, match="ledger copy.json.released is missing"):
+        ContinualCounter.resume(copy)
+    (tmp_path / "state.json.released").unlink()
+    with pytest.raises(StateFileError, match="ledger state.json.released is missing"):
+        ContinualCounter.resume(path)
+
+
+def test_a_second_process_on_the_same_state_is_refused_at_once(base_file, tmp_path):
+    """Two ``count --state S`` at once: the second ends with one error line, releasing nothing."""
+    state = tmp_path / "state.json"
+    arguments = [
+        sys.executable,
+        "-c",
+        "from pure_dp_mf.cli import main; main()",
+        "count",
+        "--epsilon",
+        "1",
+        "--horizon",
+        "20",
+        "--state",
+        str(state),
+    ]
+    first = subprocess.Popen([*arguments, "--base", str(base_file)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first.stdin.write("1\n")
+    first.stdin.flush()
+    assert first.stdout.readline().strip().lstrip("-").isdigit()  # the first run holds the state
+    second = subprocess.run(arguments, input="1\n", capture_output=True, text=True, timeout=120)
+    first.stdin.close()
+    first.wait(timeout=120)
+    assert second.returncode == 2 and second.stdout == ""
+    assert second.stderr.strip().startswith("error:") and "in use by another counter" in second.stderr
 
 
 # ---------------------------------------------------------------------------------------------
