@@ -268,6 +268,8 @@ def log2_lower_bound_holds(bound: Rational, x: int) -> bool:
     # mantissa·2^exponent ≤ x^(2^s); is it ≥ 2^a?
     if a <= exponent:
         return True
+    if a - exponent >= mantissa.bit_length():  # 2^(a−e) > mantissa: decided without forming 2^(a−e)
+        return False
     return mantissa >= 1 << (a - exponent)
 
 

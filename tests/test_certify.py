@@ -255,6 +255,17 @@ def test_lowering_any_claim_makes_verify_fail(certified, tmp_path, metric):
         with pytest.raises(ClaimFailedError, match=re.escape(f"log2_lower_bound {name}")):
             verify_certificate(path=edited(path, tmp_path / "edited.json", raised))
 
+        def huge(document, name=name):  # numerator + 2^40: deciding it must not form 2^(2^40)
+            record = document["log2_lower_bounds"][name]
+            value = Fraction(int(record["numerator"]) + 2**40, int(record["denominator"]))
+            document["log2_lower_bounds"][name] = {
+                **exact.fraction_to_json(value),
+                "decimal": exact.decimal_string(exact.decimal_floor(value)),
+            }
+
+        with pytest.raises(ClaimFailedError, match=re.escape(f"log2_lower_bound {name}")):
+            verify_certificate(path=edited(path, tmp_path / "edited.json", huge))
+
 
 def test_changing_any_byte_of_the_factorization_file_makes_verify_fail(tmp_path):
     factorization = save(tmp_path / "k4.npz", perturbed_on_grid(4, seed=7), "maxse")
