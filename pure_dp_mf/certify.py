@@ -620,6 +620,23 @@ def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str
     return A, B, rho / (1 - rho)
 
 
+def _check_rounded_from(certificate: Certificate, R: np.ndarray) -> None:
+    """The provenance claim "rounded from FILE (sha256)": that file exists beside the certified
+    one, has that sha256, and its encoder rounded to the grid is exactly the certified encoder."""
+    claim = certificate.rounded_from or {}
+    name, digest = claim.get("file"), claim.get("sha256")
+    if not isinstance(name, str) or not isinstance(digest, str) or Path(name).name != name:
+        raise ClaimFailedError("rounded_from", "the record must name a file beside the certified one and its sha256")
+    original = certificate.factorization_path.parent / name
+    if not original.is_file():
+        raise ClaimFailedError("rounded_from", f"{original} does not exist, so the rounding cannot be re-checked")
+    if file_sha256(original) != digest:
+        raise ClaimFailedError("rounded_from", f"{original} does not have the sha256 the certificate names")
+    rounded, _ = exact.round_to_grid(Factorization.load(original).dense()[1], grid_bits=certificate.grid_bits)
+    if rounded.shape != R.shape or not np.array_equal(rounded, R):
+        raise ClaimFailedError("rounded_from", f"rounding {original.name} to the grid does not give the certified encoder")
+
+
 def _sum_of_roots_holds(D: gmpy2.mpq, A: gmpy2.mpq, B: gmpy2.mpq, c: gmpy2.mpq) -> bool:
     """D ≥ √A + c·√B, decided exactly (D, A, B, c ≥ 0 rationals)."""
     if D < 0 or D * D < c * c * B:
@@ -697,6 +714,8 @@ def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = N
     for name, log in (("leading_constant", logs["k"]), ("lifted_constant", logs["2k+1"])):
         needed = 2 * C**2 / log**3
         record(name, claims[name] >= needed, needed, f"2c²/ℓ³ = {float(needed)!r} with the claims above")
+    if certificate.rounded_from is not None:
+        _check_rounded_from(certificate, R)
     return VerificationResult(
         certificate_path=Path(path),
         factorization_path=certificate.factorization_path,

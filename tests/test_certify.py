@@ -27,7 +27,7 @@ from pure_dp_mf.certify import (
 )
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization, decoder_from_encoder
+from pure_dp_mf.factorization import Factorization, decoder_from_encoder, file_sha256
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
 from pure_dp_mf.workloads import toeplitz_square_root
@@ -178,6 +178,19 @@ def test_off_grid_input_is_rounded_and_the_rounded_file_is_certified(tmp_path):
     assert np.array_equal(loaded.encoder, exact.round_to_grid(off_grid, grid_bits=32)[0])
     assert not np.array_equal(loaded.encoder, off_grid)
     verify_certificate(path=tmp_path / "c.json")
+    other = save(tmp_path / "other.npz", toeplitz_square_root(8) / 5, "maxse")
+
+    def renamed(document):  # claims to be rounded from another file, with that file's true hash
+        document["factorization"]["rounded_from"].update(file="other.npz", sha256=file_sha256(other))
+
+    with pytest.raises(ClaimFailedError, match="rounded_from"):
+        verify_certificate(path=edited(tmp_path / "c.json", tmp_path / "renamed.json", renamed))
+
+    def rehashed(document):
+        document["factorization"]["rounded_from"]["sha256"] = "0" * 64
+
+    with pytest.raises(ClaimFailedError, match="rounded_from"):
+        verify_certificate(path=edited(tmp_path / "c.json", tmp_path / "rehashed.json", rehashed))
     custom = certify_factorization(path=source, grid_bits=40, rounded_out=tmp_path / "fine.npz", out=tmp_path / "f.json")
     assert custom.factorization_path == (tmp_path / "fine.npz").resolve() and custom.grid_bits == 40
     verify_certificate(path=tmp_path / "f.json")
