@@ -11,9 +11,26 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically and durably."""
+def check_writable_file(path: str | os.PathLike, *, name: str = "output") -> Path:
+    """Refuse, before any work, an output path that is a folder, sits in a missing folder, or
+    cannot be written (``InvalidInputError`` naming ``name``, e.g. the flag)."""
+    from pure_dp_mf.errors import InvalidInputError
+
     target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise InvalidInputError(f"{name} {target} is a folder, not a file")
+    if not folder.is_dir():
+        raise InvalidInputError(f"cannot write {name} {target}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise InvalidInputError(f"cannot write {name} {target}: permission denied")
+    return target
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically and durably (a folder, a missing folder or a
+    read-only place is refused first, with ``InvalidInputError``)."""
+    target = check_writable_file(path, name="file")
     folder = target.parent if str(target.parent) else Path(".")
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:

@@ -70,7 +70,7 @@ from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.resources import largest_base_file
 from pure_dp_mf.stream import ArraySource, ContinualCounter, LiftedNoise
-from pure_dp_mf.validation import check_positive, check_size
+from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 MECHANISMS = ("lifted", "binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
 """The counters ``counter_target`` can audit: the lifted counter and every tree baseline."""
@@ -181,7 +181,7 @@ def counter_target(
     if mechanism not in MECHANISMS:
         raise InvalidInputError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
     n = check_size(n, name="n", maximum=MAX_N)
-    epsilon = check_positive(epsilon, name="epsilon")
+    epsilon = check_epsilon(epsilon)
     if mechanism == "lifted":
         if arity is not None:
             raise InvalidInputError("the lifted counter takes no arity")

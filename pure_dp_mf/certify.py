@@ -91,7 +91,7 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf import exact
-from pure_dp_mf.atomic import atomic_write_text
+from pure_dp_mf.atomic import atomic_write_text, check_writable_file
 from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
@@ -418,6 +418,9 @@ def certify_factorization(
     say = progress or (lambda message: None)
     start = time.perf_counter()
     grid_bits = check_size(grid_bits, name="grid_bits", minimum=1, maximum=_MAX_GRID_BITS)
+    for name, target in (("--out", out), ("--rounded-out", rounded_out)):
+        if target is not None:
+            check_writable_file(target, name=name)
     source = Path(path)
     say(f"loading {source}")
     factorization = Factorization.load(source)

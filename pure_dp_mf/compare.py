@@ -25,7 +25,7 @@ from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import METRICS, Factorization
 from pure_dp_mf.lift import LiftedFamily, Operand
-from pure_dp_mf.validation import check_positive, check_size
+from pure_dp_mf.validation import check_epsilon, check_size
 
 SORT_KEYS = METRICS
 
@@ -219,7 +219,7 @@ def comparison_rows(
 
     ``providers`` default to ``DEFAULT_PROVIDERS`` (the trees and the shipped lifted bases)."""
     n = check_size(n, name="n")
-    epsilon = check_positive(epsilon, name="epsilon")
+    epsilon = check_epsilon(epsilon)
     if sort_by not in SORT_KEYS:
         raise InvalidInputError(f"unknown sort key {sort_by!r}; expected one of {SORT_KEYS}")
     rows = [row for provider in (DEFAULT_PROVIDERS if providers is None else providers) for row in provider(n=n, epsilon=epsilon)]

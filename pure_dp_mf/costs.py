@@ -24,7 +24,7 @@ import scipy.sparse
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.exact import GRID_BITS, column_abs_sums
-from pure_dp_mf.validation import check_positive
+from pure_dp_mf.validation import check_epsilon
 
 
 def _absolute(matrix) -> np.ndarray | scipy.sparse.sparray:
@@ -128,7 +128,7 @@ def costs_from_norms(
 
 def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> FactorizationCosts:
     """Every cost of T_n = L·R (L = ``decoder``, R = ``encoder``) in float64."""
-    epsilon = check_positive(epsilon, name="epsilon")
+    epsilon = check_epsilon(epsilon)
     n, inner_size = decoder.shape
     if encoder.shape[0] != inner_size:
         raise InvalidInputError(f"decoder is {decoder.shape} but encoder is {encoder.shape}: inner sizes differ")

@@ -48,7 +48,7 @@ from pure_dp_mf.costs import (
 )
 from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorization import DEFAULT_TOLERANCE, METRICS, Factorization, file_sha256
-from pure_dp_mf.validation import check_positive, check_size
+from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 #: An exact factorization: (decoder, encoder) as numpy object arrays of ``int`` / ``Fraction``.
 ExactPair: TypeAlias = tuple[np.ndarray, np.ndarray]
@@ -705,7 +705,7 @@ class LiftedFamily:
         plan metric's cost of the truncation to n: see ``_tuned_top_alpha``; never worse).
         """
         n = check_size(n, name="n")
-        epsilon = check_positive(epsilon, name="epsilon")
+        epsilon = check_epsilon(epsilon)
         if alpha_rule not in ALPHA_RULES:
             raise InvalidInputError(f"unknown alpha_rule {alpha_rule!r}; expected one of {ALPHA_RULES}")
         p = levels_for(n=n, base_size=self.k)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf import compare, lift, lower_bounds, published, trees
-from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import METRICS, Factorization
 from pure_dp_mf.validation import check_size
@@ -177,9 +177,7 @@ def format_cell(cell: Any) -> str:
 def _save(figure, path: str | os.PathLike) -> Path:
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    if not path.parent.exists():
-        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    path = check_writable_file(path, name="plot")
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=110)
@@ -284,9 +282,7 @@ def plot_leading_constants(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    if not path.parent.exists():
-        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    path = check_writable_file(path, name="plot")
     series = compare.leading_constant_series(exponents=list(exponents), providers=providers)
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -333,9 +329,7 @@ def plot_constant_curve(
     if metric not in METRICS:
         raise InvalidInputError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
     max_n = check_size(max_n, name="max_n", minimum=32)
-    path = Path(path)
-    if not path.parent.exists():
-        raise InvalidInputError(f"cannot write {path}: folder {path.parent} does not exist")
+    path = check_writable_file(path, name="plot")
     sizes = sorted({int(x) for x in np.logspace(4, math.log2(max_n), points, base=2.0)})
     figure, axes = plt.subplots(figsize=(8, 5))
     for base in bases:

@@ -49,7 +49,7 @@ from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization, array_sha256
 from pure_dp_mf.lift import lift_plan, lifted_size
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
-from pure_dp_mf.validation import check_positive, check_size
+from pure_dp_mf.validation import check_epsilon, check_size
 
 STATE_FORMAT = "pure_dp_mf.counter_state/1"
 LEDGER_SUFFIX = ".released"
@@ -314,7 +314,7 @@ class ContinualCounter:
             self.base_file = str(Path(base).resolve())
             base = Factorization.load(base)
         self.base = base
-        self.epsilon = check_positive(epsilon, name="epsilon")
+        self.epsilon = check_epsilon(epsilon)
         self.horizon = check_size(horizon, name="horizon")
         self.dimension = check_size(dimension, name="dimension")
         self.rng = rng if rng is not None else NoiseGenerator.secure()
@@ -544,7 +544,7 @@ class ContinualCounter:
         rng: NoiseGenerator | None,
     ) -> ContinualCounter:
         record = read_state(path)
-        if epsilon is not None and float.fromhex(record["epsilon"]) != check_positive(epsilon, name="epsilon"):
+        if epsilon is not None and float.fromhex(record["epsilon"]) != check_epsilon(epsilon):
             raise StateFileError(f"{path}: the state is for epsilon {float.fromhex(record['epsilon'])}, not {epsilon}")
         if horizon is not None and record["horizon"] != horizon:
             raise StateFileError(f"{path}: the state is for horizon {record['horizon']}, not {horizon}")

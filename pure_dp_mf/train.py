@@ -64,7 +64,7 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf import published
-from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
 from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
 from pure_dp_mf.exact import GRID_BITS, round_to_grid
@@ -171,16 +171,8 @@ def check_settings(settings: TrainSettings) -> TrainSettings:
 
 
 def check_writable(path: str | os.PathLike, *, name: str) -> Path:
-    """Refuse, before any work, an output path that cannot be written."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise InvalidInputError(f"{name} {path} is a folder, not a file")
-    if not folder.is_dir():
-        raise InvalidInputError(f"cannot write {name} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InvalidInputError(f"cannot write {name} {path}: permission denied")
-    return path
+    """Refuse, before any work, an output path that cannot be written (``atomic.check_writable_file``)."""
+    return check_writable_file(path, name=name)
 
 
 # ------------------------------------------------------------------------------- matrices

@@ -59,7 +59,7 @@ import scipy.sparse
 from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import METRICS, Factorization
-from pure_dp_mf.validation import check_size
+from pure_dp_mf.validation import check_epsilon, check_size
 
 MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
 """Every tree mechanism, by the name used in the API, the CLI and the comparison table."""
@@ -500,11 +500,11 @@ class TreeCosts:
 
     def max_se(self, *, epsilon: float = 1.0) -> float:
         """MaxSE = 2·c₂²/ε² (Laplace noise of scale Δ/ε)."""
-        return float(2 * self.c2_squared) / epsilon**2
+        return float(2 * self.c2_squared) / check_epsilon(epsilon) ** 2
 
     def mean_se(self, *, epsilon: float = 1.0) -> float:
         """MeanSE = 2·c_F²/ε²."""
-        return float(2 * self.cf_squared) / epsilon**2
+        return float(2 * self.cf_squared) / check_epsilon(epsilon) ** 2
 
     def max_se_constant(self) -> float:
         """MaxSE·ε²/log₂(n)³ (NaN for n = 1)."""

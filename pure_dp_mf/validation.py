@@ -35,6 +35,14 @@ def check_positive(value: object, *, name: str) -> float:
     return number
 
 
+def check_epsilon(value: object, *, name: str = "epsilon") -> float:
+    """A privacy parameter ε: positive, finite, and with 1/ε² finite (errors scale as 1/ε²)."""
+    epsilon = check_positive(value, name=name)
+    if epsilon**2 == 0 or not np.isfinite(1 / epsilon**2) or not np.isfinite(epsilon**2):
+        raise InvalidInputError(f"{name} = {value!r} is out of range: the errors, which scale as 1/{name}², overflow float64")
+    return epsilon
+
+
 def check_matrix(matrix: object, *, name: str, rows: int | None = None, columns: int | None = None) -> np.ndarray:
     """Return ``matrix`` as a finite float64 2-D array, naming the first problem found."""
     try:

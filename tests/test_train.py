@@ -311,7 +311,7 @@ def test_cli_error_exit_code(tmp_path):
 def test_shipped_base_factorizations(path):
     """Every shipped file loads, factors T_k, sits on the 2^-32 grid and records its true cost."""
     loaded = Factorization.load(path)
-    k, metric = int(path.name[1:4]), path.stem.split("_")[1]
+    k, metric = int(path.stem.split("_")[0][1:]), path.stem.split("_")[1]
     assert loaded.n == k and loaded.metric == metric and loaded.metadata["base_size"] == k
     assert loaded.validate(tolerance=1e-8) <= 1e-8
     R = loaded.encoder

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.compare import comparison_rows
 from pure_dp_mf.reports import plot_leading_constants
@@ -21,6 +22,8 @@ def compare(
     plot: Path | None = typer.Option(None, "--plot", help="also write a PNG of the leading constants for n = 2^4 … 2^40"),
 ) -> None:
     """MaxSE, MeanSE and leading constants of every mechanism at n, best arity per metric, sorted by error."""
+    if plot is not None:
+        check_writable_file(plot, name="--plot")  # before any work
     rows = comparison_rows(n=n, epsilon=epsilon, sort_by=sort_by)
     if as_json:
         print_json({"n": n, "epsilon": epsilon, "sort_by": sort_by, "rows": [row.as_dict() for row in rows]})

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from pure_dp_mf import lift as lifting
+from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.factorization import Factorization, file_sha256
 from pure_dp_mf.reports import plot_lift_against_trees
@@ -31,6 +32,9 @@ def lift(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Lift BASE to n by the diamond-alpha construction and print levels, α's, MaxSE, MeanSE, leading constants."""
+    for flag, target in (("--out", out), ("--plot", plot)):
+        if target is not None:
+            check_writable_file(target, name=flag)  # before any work
     factorization = Factorization.load(base)
     metric = metric or factorization.metric or "maxse"
     plan = lifting.lift_plan(base=factorization, n=n, metric=metric, epsilon=epsilon, alpha_rule=alpha_rule)

@@ -21,6 +21,20 @@ from scipy.stats import norm
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_positive
 
+MIN_NOISE_MULTIPLIER = 0.1
+"""Smallest z accounted: the PLD grows as 1/z² (z = 0.1 is ε ≈ 97 at δ = 10⁻⁶, 5 s; 10⁻⁴ would need TiB)."""
+MAX_NOISE_MULTIPLIER = 1e4
+
+
+def _check_noise_multiplier(value: object) -> float:
+    z = check_positive(value, name="noise_multiplier")
+    if not MIN_NOISE_MULTIPLIER <= z <= MAX_NOISE_MULTIPLIER:
+        raise InvalidInputError(
+            f"noise_multiplier must be in [{MIN_NOISE_MULTIPLIER:g}, {MAX_NOISE_MULTIPLIER:g}], got {value!r} "
+            "(below, the accountant's distribution would not fit in memory; the ε there is useless anyway)"
+        )
+    return z
+
 
 def _check_delta(delta: object) -> float:
     value = check_positive(delta, name="delta")
@@ -38,7 +52,7 @@ def epsilon_for(*, noise_multiplier: float, delta: float) -> float:
 
     Guarantee: the run is (ε, δ)-DP for the returned ε (an upper bound from the PLD accountant).
     """
-    z = check_positive(noise_multiplier, name="noise_multiplier")
+    z = _check_noise_multiplier(noise_multiplier)
     delta = _check_delta(delta)
     accountant = _accountant()
     accountant.compose(dp_accounting.GaussianDpEvent(z))
@@ -51,7 +65,13 @@ def _exact_gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     def excess(z: float) -> float:
         return norm.cdf(0.5 / z - epsilon * z) - math.exp(epsilon) * norm.cdf(-0.5 / z - epsilon * z) - delta
 
-    return scipy.optimize.brentq(excess, 1e-3, 1e4, xtol=1e-12)
+    low, high = MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER
+    if epsilon > 700 or not excess(low) > 0 > excess(high):  # e^700 is near the float64 limit
+        raise InvalidInputError(
+            f"epsilon = {epsilon:g} at delta = {delta:g} needs a noise multiplier outside "
+            f"[{low:g}, {high:g}], the range this accountant supports"
+        )
+    return scipy.optimize.brentq(excess, low, high, xtol=1e-12)
 
 
 def noise_multiplier_for(*, epsilon: float, delta: float) -> float:
