@@ -508,3 +508,35 @@ def test_output_file_is_reconciled_after_a_kill_between_state_and_output(base_fi
     (tmp_path / "in.txt").write_text("\n".join(map(str, values)) + "\n")
     assert CliRunner().invoke(app, arguments).exit_code == 0
     assert [int(line) for line in (tmp_path / "out.txt").read_text().splitlines()] == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# From a certificate: the documented flow train → certify → lift → count.
+
+
+def test_counter_from_a_certificate_binds_the_base_and_rechecks_its_sensitivity(tmp_path):
+    import shutil
+
+    from pure_dp_mf.certify import ClaimFailedError
+    from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
+
+    counter = ContinualCounter.from_certificate(
+        CERTIFICATE_FOLDER / "k004_maxse.json", epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(0)
+    )
+    assert counter.certificate == str((CERTIFICATE_FOLDER / "k004_maxse.json").resolve())
+    assert counter.base_file == str((BASE_FOLDER / "k004_maxse.npz").resolve())
+    direct = ContinualCounter(base=BASE_FOLDER / "k004_maxse.npz", epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(0))
+    x = np.ones(50, dtype=int)
+    assert np.array_equal(counter.counts(x), direct.counts(x)) and counter.sensitivity == direct.sensitivity
+    counter.save_state(tmp_path / "s.json")
+    assert json.loads((tmp_path / "s.json").read_text())["base"]["certificate"] == counter.certificate
+    counter.close()
+    # a base file changed after certification is refused
+    (tmp_path / "certificates").mkdir()
+    (tmp_path / "base_factorizations").mkdir()
+    shutil.copy(CERTIFICATE_FOLDER / "k004_maxse.json", tmp_path / "certificates")
+    other = Factorization.load(BASE_FOLDER / "k004_meanse.npz")
+    other.metadata = {**other.metadata, "metric": "maxse"}
+    other.save(tmp_path / "base_factorizations" / "k004_maxse.npz", store_decoder=False)
+    with pytest.raises(ClaimFailedError, match="sha256|factorization"):
+        ContinualCounter.from_certificate(tmp_path / "certificates" / "k004_maxse.json", epsilon=1.0, horizon=50)
