@@ -134,10 +134,12 @@ def integer_matrix(values: np.ndarray) -> flint.fmpz_mat:
 
 @contextlib.contextmanager
 def flint_threads(threads: int | None = None) -> Iterator[None]:
-    """Let FLINT's matrix products use ``threads`` threads (default: every core, at most 8) inside
-    the block, and restore the previous setting after. Products stay exact; only their speed changes."""
+    """Let FLINT's matrix products use ``threads`` threads (default: ``PURE_DP_MF_FLINT_THREADS``
+    if set, else every core, at most 8) inside the block, and restore the previous setting after. Products stay exact; only their speed changes."""
     previous = flint.ctx.threads
-    flint.ctx.threads = threads if threads is not None else max(1, min(os.cpu_count() or 1, 8))
+    if threads is None:
+        threads = int(os.environ.get("PURE_DP_MF_FLINT_THREADS", 0)) or max(1, min(os.cpu_count() or 1, 8))
+    flint.ctx.threads = threads
     try:
         yield
     finally:
