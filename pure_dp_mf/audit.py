@@ -11,18 +11,21 @@ upper bound p_hi on P[M(x) ∈ E],
 holds with the confidence of both bounds. The audit reports (★) for several pairs, and says that
 the claimed ε is *contradicted* when (★) exceeds it for some pair.
 
-**What is audited.** The release of the library's counter (``stream.ContinualCounter``) for
-seeded generators: y = W·x + round(b·L·z) with W the prefix-sum workload, b the counter's
-noise scale, z the Laplace vector the counter draws (``NoiseGenerator.from_seed(s)``, block by
-block, converted by ``noise.laplace_from_words``) and ``noise.round_to_integers``. For speed the
-trials are vectorised: L (the first n rows of L_p restricted to the columns it uses) is read off the
-counter's own streaming engine (``stream.LiftedNoise`` applied to unit vectors), the words of
-trial i come from ``NoiseGenerator.from_seed(seed·2³² + i)`` exactly as the counter requests them,
-and the first ``cross_checks`` trials of every audited stream are recomputed with a real
-``ContinualCounter(...).counts(x)`` and must agree to the integer (``AuditError`` otherwise). The
-tree baselines are run through the same counter with the tree factorization as base and no
-lifting (p = 1, b = ‖R‖₁→₁/ε). The streams of a pair share the trials' noise (common random
-numbers); this is valid because every interval is a marginal statement combined by a union bound.
+**What is audited.** The release of the library's counter (``stream.ContinualCounter``), the
+exact lattice release of ``lattice.py``: y = W·x + ⌊2^-g·L̄·Y + ½⌋ with W the prefix-sum
+workload, L̄ the lifted decoder with every α = 1 and Y integer discrete-Laplace noise whose
+rates carry the α's. For speed the trials are vectorised: L̄ (the first n rows restricted to the
+columns they use) is read off the counter's own streaming engine (``stream.LiftedNoise`` applied to
+unit vectors). The first ``EXACT_TRIALS`` trials take the counter's own Y (its exact sampler and
+keyed stream, ``NoiseGenerator.from_seed(seed·2³² + i)``); the others draw Y from the same law with
+numpy (DLap(λ) = G₁ − G₂ for geometric G: the law up to float rounding in the geometric
+sampler, far below the audit's resolution). The first ``cross_checks`` trials of every audited
+stream are recomputed with a real ``ContinualCounter(...).counts(x)`` and must agree to the
+integer (``AuditError`` otherwise). The tree baselines are run through the same counter with the
+tree factorization as base and no lifting (p = 1). The claimed law used to design events is
+L_p·w with w ≈ Laplace(b), b = Δ/ε (w_i = 2^-g·Y_i/a_i on its lattice, L_p·w = 2^-g·L̄·Y). The
+streams of a pair share the trials' noise (common random numbers); this is valid because every
+interval is a marginal statement combined by a union bound.
 
 **Events.** The noise law is known, so events come from it. For the output shift d = W·(x′ − x),
 the linear programme λ = min{‖u‖₁ : L·u = d} gives the exact privacy loss λ/b of the pair for the
@@ -48,7 +51,8 @@ really is ε-DP is called contradicted with probability ≤ 1 − confidence.
 **What it cannot prove.** A lower bound from finitely many samples, only for the pairs and
 events tried: passing the audit is evidence, not a proof of privacy. It cannot see failures
 outside the pairs tried, losses smaller than its statistical resolution, or events of
-probability ≪ 1/trials (e.g. the 2⁻⁵³ tail the sampler truncates).
+probability ≪ 1/trials (e.g. the 2⁻⁵³ tail a float Laplace sampler truncates: docs/privacy.md
+shows that failure exactly instead).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import cast
 
@@ -67,7 +72,7 @@ import scipy.stats
 from pure_dp_mf import trees
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.resources import largest_base_file
 from pure_dp_mf.stream import ArraySource, ContinualCounter, LiftedNoise
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
@@ -82,7 +87,11 @@ MAX_ENTRIES = 60_000_000
 """Largest trials × n noise matrix held in memory."""
 
 SEED_STRIDE = 2**32
-"""Trial i of an audit with seed s uses ``NoiseGenerator.from_seed(s·SEED_STRIDE + i)``."""
+"""Trial i < ``EXACT_TRIALS`` of an audit with seed s is the counter with ``NoiseGenerator.from_seed(s·SEED_STRIDE + i)``."""
+
+EXACT_TRIALS = 8
+"""Trials whose integer noise is the counter's own (its exact sampler and keyed stream); the others
+draw the same law with numpy, for speed, through the same release map."""
 
 WORST_CANDIDATES = 24
 """Positions whose exact loss λ/b is computed to find the worst one: all when n ≤ 24, else the
@@ -127,32 +136,36 @@ def trial_seed(seed: int, trial: int) -> int:
 
 
 class _RecordingSource:
-    """A NoiseSource of zeros that records which blocks (column offsets) the engine reads."""
+    """A NoiseSource of zeros that records which blocks (column offsets) the engine reads, and
+    their levels (1: base block; ℓ ≥ 2: the coarse block of level ℓ)."""
 
     def __init__(self) -> None:
-        self.offsets: set[int] = set()
+        self.levels: dict[int, int] = {}
 
-    def block(self, offset: int, size: int) -> np.ndarray:
-        self.offsets.add(int(offset))
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        self.levels[int(offset)] = level
         return np.zeros(size)
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
-        self.offsets.update(int(o) for o in offsets)
+        self.levels.update((int(o), 1) for o in offsets)
         return np.zeros((len(offsets), size))
 
 
-def _engine_map(decoder: np.ndarray, alphas: Sequence[float], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(L[:n] restricted to its used columns, the used column indices), read off LiftedNoise:
-    one pass records the blocks that rows [0, n) read, then one unit vector per column of them."""
+def _engine_map(decoder: np.ndarray, alphas: Sequence[float], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(L[:n] restricted to its used columns, the used column indices, the level of each), read
+    off LiftedNoise: one pass records the blocks that rows [0, n) read, then one unit vector per
+    column of them."""
 
     if not alphas:  # p = 1: the engine's rows are A·z[0:r] (cross-checked like every other case)
         keep = np.any(decoder[:n] != 0.0, axis=0)
-        return np.array(decoder[:n][:, keep]), np.flatnonzero(keep)
+        used = np.flatnonzero(keep)
+        return np.array(decoder[:n][:, keep]), used, np.ones(len(used), dtype=np.int64)
     recorder = _RecordingSource()
     probe = LiftedNoise(decoder=decoder, alphas=alphas, source=recorder)
     probe.values(0, n)
     r = decoder.shape[1]
-    candidates = [offset + i for offset in sorted(recorder.offsets) for i in range(r)]
+    candidates = [offset + i for offset in sorted(recorder.levels) for i in range(r)]
+    levels = np.array([recorder.levels[j // r * r] for j in candidates], dtype=np.int64)
     unit = np.zeros(probe.inner_sizes[-1])
     matrix = np.zeros((n, len(candidates)))
     for column, j in enumerate(candidates):
@@ -160,7 +173,7 @@ def _engine_map(decoder: np.ndarray, alphas: Sequence[float], n: int) -> tuple[n
         matrix[:, column] = LiftedNoise(decoder=decoder, alphas=alphas, source=ArraySource(unit)).values(0, n)
         unit[j] = 0.0
     keep = np.any(matrix != 0.0, axis=0)
-    return matrix[:, keep], np.asarray(candidates, dtype=np.int64)[keep]
+    return matrix[:, keep], np.asarray(candidates, dtype=np.int64)[keep], levels[keep]
 
 
 def counter_target(
@@ -201,36 +214,58 @@ def counter_target(
         alphas = []
         label = f"{mechanism} tree" + (f", arity {arity}" if arity is not None else "") + ", through the counter (no lifting)"
     try:
-        counter = ContinualCounter(base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(0), alphas=alphas)
+        reference = ContinualCounter(
+            base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(0), alphas=alphas
+        )
     except ArithmeticError as error:  # e.g. norms beyond float range while planning the lift
         raise InvalidInputError(f"the counter cannot be built from this base: {type(error).__name__}: {error}") from None
-    alphas = list(counter.alphas)
-    decoder_base, _ = factorization.dense()
-    decoder, used = _engine_map(decoder_base, alphas, n)
-    r = decoder_base.shape[1]
-    offsets = sorted({int(j) // r * r for j in used})
-    positions = np.searchsorted(np.concatenate([np.arange(o, o + r) for o in offsets]), used)
-    scale = counter.scale
+    alphas = list(reference.alphas)
+    exact_decoder = reference.exact_decoder
+    g = exact_decoder.grid_bits
+    # L̄ (every α = 1) on the columns rows [0, n) use; the counter's noise is ⌊2^-g·L̄·Y + ½⌋ (lattice.py)
+    release_map, used, levels = _engine_map(exact_decoder.decoder, [1.0] * len(alphas), n)
+    factors = np.array([1.0] + [float(a) for a in alphas])[levels - 1]  # a_i: 1, or α_{ℓ−1} for coarse
+    rates = np.array(
+        [
+            float(Fraction(reference.epsilon) / (reference.sensitivity * (1 << g) * Fraction(1 if f == 1.0 else f)))
+            for f in factors
+        ]
+    )
+    decoder = release_map / factors  # L_p[:n] on the used columns: L_p·w = 2^-g·L̄·Y with w_i = 2^-g·Y_i/a_i
+    r = exact_decoder.inner_size
+    scale = reference.scale
+
+    def release(Y: np.ndarray) -> np.ndarray:
+        return np.floor(np.ldexp(Y @ release_map.T, -g) + 0.5).astype(np.int64)
+
+    def counter(trial: int, seed: int) -> ContinualCounter:
+        return ContinualCounter(
+            base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(trial_seed(seed, trial)), alphas=alphas
+        )
+
+    def counter_integers(real: ContinualCounter) -> np.ndarray:
+        """The counter's own Y on the used columns (its exact sampler, its keyed stream)."""
+        source = real.lattice_sources[0]
+        return np.array(
+            [source.integers(int(j) // r * r, r, int(level))[int(j) % r] for j, level in zip(used, levels, strict=True)],
+            dtype=np.float64,
+        )
 
     def sample_noise(trials: int, seed: int) -> np.ndarray:
-        words = np.empty((trials, len(offsets) * r), dtype=np.uint64)
-        for i in range(trials):
-            words[i] = NoiseGenerator.from_seed(trial_seed(seed, i)).words_of_blocks(indices=offsets, size=r)
-        z = laplace_from_words(words)[:, positions]
-        return round_to_integers(scale * (z @ decoder.T))
+        rng = np.random.default_rng([seed, trials])
+        p = -np.expm1(-rates)  # DLap(λ) = G₁ − G₂, G geometric on {0, 1, …} with success 1 − e^{−λ}
+        Y = (rng.geometric(p, size=(trials, len(rates))) - rng.geometric(p, size=(trials, len(rates)))).astype(np.float64)
+        for i in range(min(trials, EXACT_TRIALS)):  # the first trials: the counter's own noise
+            Y[i] = counter_integers(counter(i, seed))
+        return release(Y)
 
     def cross_check(streams: Sequence[np.ndarray], noise: np.ndarray, seed: int) -> int:
+        if noise.shape[0] > EXACT_TRIALS:
+            raise AuditError(f"at most {EXACT_TRIALS} trials are drawn by the counter itself and can be cross-checked")
         compared = 0
         for i in range(noise.shape[0]):
             for x in streams:
-                real = ContinualCounter(
-                    base=factorization,
-                    epsilon=epsilon,
-                    horizon=n,
-                    rng=NoiseGenerator.from_seed(trial_seed(seed, i)),
-                    alphas=alphas,
-                ).counts(x)
-                if not np.array_equal(real, np.cumsum(x) + noise[i]):
+                if not np.array_equal(counter(i, seed).counts(x), np.cumsum(x) + noise[i]):
                     raise AuditError(
                         f"trial {i}: the vectorised release differs from ContinualCounter's; the audit would not audit the counter"
                     )

@@ -36,14 +36,17 @@ operating system's generator (``secrets``) for tests of the samplers themselves.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
 from fractions import Fraction
 from typing import Protocol
 
+import numpy as np
+
 from pure_dp_mf.errors import InvalidInputError
 
-DOMAIN = b"pure_dp_mf discrete laplace v1\x00"
-_CHUNK = 64  # bytes of SHAKE output produced at a time
+DOMAIN = b"pure_dp_mf discrete laplace v2\x00"
+_CHUNK = 512  # bytes of SHAKE output per counter-mode chunk
 
 
 class UniformSource(Protocol):
@@ -66,29 +69,32 @@ def _below_from_bits(m: int, bits) -> int:
 
 
 class ShakeStream:
-    """The bit stream of one noise coordinate: SHAKE-256(domain ‖ key ‖ index), read in order.
+    """The bit stream of one noise block: chunk c (c = 0, 1, …) is the first 512 bytes of
+    SHAKE-256(domain ‖ key ‖ index (16 bytes) ‖ c (8 bytes)), all little-endian, read in order.
 
     Guarantee: the sequence of ``below`` results is a deterministic function of (key, index) and
-    the sequence of arguments, so a coordinate can be recomputed exactly; distinct indices (and
-    keys) read disjoint PRF outputs."""
+    the sequence of arguments, so a block can be recomputed exactly; distinct indices (and keys)
+    read disjoint PRF outputs. Counter mode keeps the cost linear in the bits read."""
 
     def __init__(self, *, key: bytes, index: int) -> None:
         if not isinstance(key, bytes | bytearray) or len(key) < 16:
             raise InvalidInputError("a noise key must be at least 16 bytes")
         if index < 0:
             raise InvalidInputError(f"a coordinate index must be >= 0, got {index}")
-        self._hash = hashlib.shake_256(DOMAIN + bytes(key) + index.to_bytes(16, "little"))
-        self._buffer, self._produced, self._bit = b"", 0, 0  # bits consumed from the start
-        self._value = 0
+        self._prefix = hashlib.shake_256(DOMAIN + bytes(key) + index.to_bytes(16, "little"))
+        self._chunk = 0
+        self._value, self._available = 0, 0  # unread bits, lowest first
 
     def _bits(self, width: int) -> int:
-        needed = self._bit + width
-        if needed > 8 * len(self._buffer):
-            size = max(len(self._buffer) + _CHUNK, (needed + 7) // 8)
-            self._buffer = self._hash.digest(size)  # an XOF: a longer digest extends the shorter one
-            self._value = int.from_bytes(self._buffer, "little")
-        value = (self._value >> self._bit) & ((1 << width) - 1)
-        self._bit = needed
+        while self._available < width:
+            hasher = self._prefix.copy()
+            hasher.update(self._chunk.to_bytes(8, "little"))
+            self._value |= int.from_bytes(hasher.digest(_CHUNK), "little") << self._available
+            self._available += 8 * _CHUNK
+            self._chunk += 1
+        value = self._value & ((1 << width) - 1)
+        self._value >>= width
+        self._available -= width
         return value
 
     def below(self, m: int) -> int:
@@ -150,6 +156,39 @@ def discrete_laplace(*, s: int, t: int, source: UniformSource) -> int:
         return -y if negative else y
 
 
+def discrete_laplace_many(*, s: int, t: int, count: int, source: UniformSource) -> list[int]:
+    """``count`` successive draws of DLap(s/t) from ``source``: the same algorithm and the same
+    sequence of ``below`` calls as ``count`` calls of ``discrete_laplace`` (so the same values from
+    the same stream, tested), inlined in integers without ``Fraction`` for speed."""
+    if s < 1 or t < 1:
+        raise InvalidInputError(f"the discrete Laplace rate s/t needs integers s, t >= 1, got {s}/{t}")
+    below, gcd = source.below, math.gcd
+    out: list[int] = []
+    while len(out) < count:
+        u = below(t)
+        divisor = gcd(u, t)
+        numerator, denominator = u // divisor, t // divisor  # Fraction(u, t) in lowest terms
+        k = 1
+        while below(denominator * k) < numerator:  # Bernoulli(γ/k), γ = u/t
+            k += 1
+        if k % 2 == 0:  # e^{-u/t} failed
+            continue
+        v = 0
+        while True:  # V: successes of Bernoulli(e^{-1}) before the first failure
+            k = 1
+            while below(k) < 1:
+                k += 1
+            if k % 2 == 0:
+                break
+            v += 1
+        y = (u + t * v) // s
+        negative = below(2) == 1
+        if negative and y == 0:
+            continue
+        out.append(-y if negative else y)
+    return out
+
+
 def lattice_rate(*, epsilon: Fraction, sensitivity: Fraction, grid_bits: int) -> tuple[int, int]:
     """(s, t) with s/t = ε·2^-g/Δ: the rate per lattice step of the ε-DP Laplace noise on 2^-g ℤ
     for ℓ1 sensitivity Δ. ε and Δ are taken exactly (a float ε is its exact dyadic value)."""
@@ -162,7 +201,131 @@ def lattice_rate(*, epsilon: Fraction, sensitivity: Fraction, grid_bits: int) ->
 
 def pmf(y: int, *, s: int, t: int) -> float:
     """P(Y = y) of DLap(s/t) in float64 (for tests and plots, not for sampling)."""
-    import math
-
     rate = s / t
     return (1 - math.exp(-rate)) / (1 + math.exp(-rate)) * math.exp(-rate * abs(y))
+
+
+# ------------------------------------------------------------------------ the vectorised sampler
+
+BLOCK_DOMAIN = b"pure_dp_mf discrete laplace block v1\x00"
+_WORD_CHUNK = 1 << 14  # bytes of SHAKE output per counter-mode chunk of a WordStream
+VECTOR_LIMIT = 1 << 62
+"""``discrete_laplace_block`` runs vectorised in int64 when t < 2^62 (every modulus it draws below
+is ≤ t); larger t take the scalar sampler, exact as well."""
+
+
+class WordStream:
+    """64-bit words of one noise block: chunk c is SHAKE-256(domain ‖ key ‖ index (16 bytes) ‖
+    c (8 bytes)) read as little-endian uint64, chunks in order. ``words(m)`` returns the next m
+    words: a deterministic function of (key, index) and the sequence of requests."""
+
+    def __init__(self, *, key: bytes, index: int) -> None:
+        if not isinstance(key, bytes | bytearray) or len(key) < 16:
+            raise InvalidInputError("a noise key must be at least 16 bytes")
+        if index < 0:
+            raise InvalidInputError(f"a block index must be >= 0, got {index}")
+        self._prefix = hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + index.to_bytes(16, "little"))
+        self._chunk = 0
+        self._buffer = np.zeros(0, dtype=np.uint64)
+
+    def words(self, count: int) -> np.ndarray:
+        while len(self._buffer) < count:
+            hasher = self._prefix.copy()
+            hasher.update(self._chunk.to_bytes(8, "little"))
+            size = max(_WORD_CHUNK, 8 * (count - len(self._buffer)))
+            fresh = np.frombuffer(hasher.digest(size), dtype="<u8").astype(np.uint64)
+            self._buffer = np.concatenate([self._buffer, fresh])
+            self._chunk += 1
+        out, self._buffer = self._buffer[:count], self._buffer[count:]
+        return out
+
+
+def uniform_below(m: int, size: int, stream: WordStream) -> np.ndarray:
+    """``size`` independent integers uniform on {0, …, m − 1} (1 ≤ m < 2^62), exactly, as int64:
+    for each pending entry one word, its top w = (m − 1).bit_length() bits, kept when < m
+    (probability > ½), otherwise the entry waits for the next round. Words are read in entry
+    order, round by round."""
+    if not 1 <= m < VECTOR_LIMIT:
+        raise InvalidInputError(f"a vectorised uniform draw needs 1 <= m < 2^62, got {m}")
+    out = np.zeros(size, dtype=np.int64)
+    width = (m - 1).bit_length()
+    if width == 0:  # m = 1: always 0
+        return out
+    shift = np.uint64(64 - width)  # width ≤ 62, so the candidates fit in int64
+    pending = np.arange(size)
+    while pending.size:
+        candidates = (stream.words(pending.size) >> shift).astype(np.int64)
+        accepted = candidates < m
+        out[pending[accepted]] = candidates[accepted]
+        pending = pending[~accepted]
+    return out
+
+
+def _bernoulli_exp_minus_block(numerators: np.ndarray, t: int, stream: WordStream) -> np.ndarray:
+    """B_i with P(B_i = 1) = e^{−u_i/t} for u_i ∈ [0, t] (Canonne–Kamath–Steinke, Algorithm 1, as
+    ``_bernoulli_exp_minus_unit``): the first K with A_K = 0 is odd, A_K ~ Bernoulli(u/(t·K)) drawn
+    as [below(K) = 0]·[below(t) < u], two independent draws (no modulus exceeds max(t, K))."""
+    size = len(numerators)
+    result = np.zeros(size, dtype=bool)
+    active = np.arange(size)
+    k = 1
+    while active.size:
+        first = uniform_below(k, active.size, stream) == 0
+        second = uniform_below(t, active.size, stream) < numerators[active]
+        success = first & second
+        stopped = active[~success]
+        result[stopped] = k % 2 == 1
+        active = active[success]
+        k += 1
+    return result
+
+
+def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int) -> np.ndarray:
+    """``count`` independent draws of DLap(s/t), exactly: an int64 array, or an object array of
+    Python integers in the (astronomically unlikely) event that a value does not fit in int64.
+
+    The algorithm of ``discrete_laplace`` (Canonne–Kamath–Steinke, Algorithm 2; proof in the
+    module docstring) run on whole arrays of candidates, its randomness the ``WordStream`` of
+    (key, index). Candidates are drawn in rounds; a round's survivors are appended in candidate
+    order until ``count`` are found, so the result is a deterministic function of (s, t, count,
+    key, index). Exactness: every random choice is an exact uniform integer (``uniform_below``),
+    every value an integer (U < t < 2^62, V counted, X = U + t·V and ⌊X/s⌋ in int64 when
+    t·(V + 1) ≤ 2^62, else in Python integers). For t ≥ 2^62 the scalar sampler runs instead."""
+    if s < 1 or t < 1:
+        raise InvalidInputError(f"the discrete Laplace rate s/t needs integers s, t >= 1, got {s}/{t}")
+    if t >= VECTOR_LIMIT:
+        return _as_integer_array(discrete_laplace_many(s=s, t=t, count=count, source=ShakeStream(key=key, index=index)))
+    stream = WordStream(key=key, index=index)
+    parts: list[np.ndarray] = []
+    found = 0
+    while found < count:
+        batch = max(64, 2 * (count - found))  # ≈ 1.6 candidates per draw: P(keep U) ≥ 1 − e^{−1}
+        u = uniform_below(t, batch, stream)
+        kept = u[_bernoulli_exp_minus_block(u, t, stream)]
+        v = np.zeros(kept.size, dtype=np.int64)
+        active = np.arange(kept.size)
+        while active.size:  # V: successes of Bernoulli(e^{−1}) before the first failure
+            success = _bernoulli_exp_minus_block(np.full(active.size, t, dtype=np.int64), t, stream)
+            v[active[success]] += 1
+            active = active[success]
+        if int(v.max(initial=0)) < VECTOR_LIMIT // t:
+            y: np.ndarray = (kept + t * v) // s  # U + t·V < t·(V + 1) ≤ 2^62: exact in int64
+        else:
+            y = np.array([(int(a) + t * int(b)) // s for a, b in zip(kept, v, strict=True)], dtype=object)
+        negative = uniform_below(2, len(y), stream) == 1
+        keep = ~(negative & (y == 0))  # B = 1 with Y = 0 is rejected: 0 is not counted twice
+        signed = np.where(negative, -y, y)[keep]
+        parts.append(signed)
+        found += len(signed)
+    drawn = np.concatenate(parts)[:count]
+    return _as_integer_array(drawn.tolist()) if drawn.dtype == object else drawn
+
+
+def _as_integer_array(values) -> np.ndarray:
+    """int64 when every value fits, else an object array of Python integers (exact either way)."""
+    values = [int(v) for v in values]
+    if all(-(1 << 63) <= v < (1 << 63) for v in values):
+        return np.array(values, dtype=np.int64)
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out

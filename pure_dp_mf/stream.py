@@ -20,10 +20,14 @@ coarse vector A·w per level: memory O(k·p) = O(k·log n), total time O(n·(r +
 entries come from a ``NoiseSource``, addressed by column of L_p, so the forward stream, the
 reversed stream and a restarted stream all see the same z.
 
-The mechanism (Algorithm 3): for a stream x ∈ {0,1}ⁿ release S_t + round(b·(L·z)_t), S_t the
-exact integer prefix sum, z ~ Laplace(1)^M, b = Δ·‖R_p‖₁→₁/ε. Rows of L_p beyond the horizon n
-are dropped (the paper's truncation); the columns of R_p kept are a subset, so ‖R_p‖₁→₁ bounds
-the sensitivity of the truncated encoder.
+The mechanism (Algorithm 3, made exactly ε-DP): for a stream x ∈ {0,1}ⁿ release
+S_t + ⌊2^-g·(L̄_p·Y)_t + ½⌋, S_t the exact integer prefix sum, Y integer discrete-Laplace noise
+on the lattice of the certified encoder and L̄_p the lift with every α = 1 (the α's sit in the
+noise rates); every rounding is decided exactly (``lattice.py``; the proof is in
+docs/privacy.md). Rows of L_p beyond the horizon n are dropped (the paper's truncation); the
+columns of R_p kept are a subset, so the exact ‖R_p[:, :n]‖₁→₁ bounds the sensitivity of the
+truncated encoder. ``GeneratorSource`` (float Laplace from the keyed generator) remains for
+research and benchmarks only: float Laplace has bounded support and is not pure DP.
 """
 
 from __future__ import annotations
@@ -47,14 +51,16 @@ from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.certify import Certificate, certified_sensitivity
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization, array_sha256
+from pure_dp_mf.lattice import ExactDecoder, ExactRelease, LatticeSource
 from pure_dp_mf.lift import lift_plan, lifted_size
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
 from pure_dp_mf.validation import check_epsilon, check_size
 
-STATE_FORMAT = "pure_dp_mf.counter_state/1"
+STATE_FORMAT = "pure_dp_mf.counter_state/2"  # /2: the exact lattice release
 LEDGER_SUFFIX = ".released"
 LOCK_SUFFIX = ".lock"
 CHUNK = 1 << 15  # steps of noise computed ahead by the counter
+MAX_BLOCK = 1 << 16  # released values kept in the state for completing an output file after a crash
 
 
 class StateFileError(PureDPMFError):
@@ -78,7 +84,9 @@ def float_upper(value: Fraction) -> float:
 class NoiseSource(Protocol):
     """z, addressed by column of L_p: ``block(offset, size)`` = z[offset : offset + size]."""
 
-    def block(self, offset: int, size: int) -> np.ndarray: ...
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        """``level`` 1: a base block; ℓ ≥ 2: the coarse block of level ℓ (its noise rate may differ)."""
+        ...
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
         """The blocks at ``offsets`` stacked as rows (a (len(offsets), size) array)."""
@@ -88,11 +96,12 @@ class NoiseSource(Protocol):
 @dataclass(frozen=True)
 class GeneratorSource:
     """Laplace(1) noise from a keyed ``NoiseGenerator``: the block at column ``offset`` is the
-    generator's block ``offset`` (blocks of L_p never overlap, so z is well defined)."""
+    generator's block ``offset`` (blocks of L_p never overlap, so z is well defined). For research
+    and benchmarks: float Laplace is not pure DP, and the counter does not use it."""
 
     generator: NoiseGenerator
 
-    def block(self, offset: int, size: int) -> np.ndarray:
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
         return self.generator.laplace(index=offset, size=size)
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
@@ -105,7 +114,7 @@ class ArraySource:
 
     z: np.ndarray
 
-    def block(self, offset: int, size: int) -> np.ndarray:
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
         return np.asarray(self.z[offset : offset + size], dtype=np.float64)
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
@@ -168,9 +177,34 @@ class LiftedNoise:
         """α·A·w for the coarse block w at column ``offset`` of level ``level``, cached."""
         cached = self._coarse_cache.get(level)
         if cached is None or cached[0] != offset:
-            cached = (offset, self.alphas[level - 2] * (self.A @ self.source.block(offset, self.r)))
+            cached = (offset, self.alphas[level - 2] * (self.A @ self.source.block(offset, self.r, level)))
             self._coarse_cache[level] = cached
         return cached[1]
+
+    def terms(self, t: int) -> list[tuple[int, int, int, int]]:
+        """Row t of L_p as a sum: [(level, offset, row, sign)] with
+        (L_p·z)_t = Σ sign·a_level·(A·z[offset : offset + r])_row, a_1 = 1 and a_ℓ = α_{ℓ−1}
+        (level ℓ ≥ 2: the coarse block of that level). At most p terms; the slow, obvious walk of
+        the recursion ``values`` vectorises (tested against it)."""
+        self._check_range(t, t + 1)
+        found: list[tuple[int, int, int, int]] = []
+        level, offset, sign = self.levels, 0, 1
+        while level > 1:
+            N, M = self.sizes[level - 2], self.inner_sizes[level - 2]
+            if t < N:
+                level -= 1
+                continue
+            j, u = divmod(t - N, 2 * N + 1)
+            found.append((level, offset + (2 * self.k + 1) * M, j, sign))
+            if u == N:
+                return found
+            if u < N:
+                offset, t, sign = offset + (2 * j + 1) * M, N - 1 - u, -sign
+            else:
+                offset, t = offset + (2 * j + 2) * M, u - N - 1
+            level -= 1
+        found.append((1, offset, t, sign))
+        return found
 
     def _fill(self, level: int, offset: int, start: int, out: np.ndarray) -> None:
         """out[:] = (L_level·z[offset:])[start : start + len(out)]; ``out`` may be a reversed view."""
@@ -237,6 +271,19 @@ def noise_reversed(engine: LiftedNoise, *, block: int = 4096) -> Iterator[float]
 # The lifting plan (α's) and the base.
 
 
+_DECODERS: dict[str, ExactDecoder] = {}
+
+
+def exact_decoder(base: Factorization) -> ExactDecoder:
+    """The base's ``lattice.ExactDecoder``, computed once per process and base (sha256 of both
+    matrices): at k = 1024 it costs two exact integer products."""
+    digest = base_digest(base)
+    if digest not in _DECODERS:
+        decoder, encoder = base.dense()
+        _DECODERS[digest] = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
+    return _DECODERS[digest]
+
+
 def base_digest(base: Factorization) -> str:
     """sha256 identifying a base: of its decoder's and encoder's float64 bytes and shapes."""
     decoder, encoder = base.dense()
@@ -248,7 +295,7 @@ def base_digest(base: Factorization) -> str:
 # The counter.
 
 
-def _check_steps(values, *, dimension: int) -> np.ndarray:
+def check_steps(values, *, dimension: int) -> np.ndarray:
     """A batch of steps as an int64 (m, d) array of 0/1 with row sums ≤ 1, or a clear error."""
     try:
         array = np.asarray(values, dtype=np.float64)
@@ -275,23 +322,29 @@ class ContinualCounter:
     """ε-DP continual counting with the lifted factorization (Arkhipov & Kalinin, Algorithm 3).
 
     ``update(x)`` takes the next step (x ∈ {0,1}; for ``dimension`` d > 1 a vector in {0,1}^d
-    with at most one 1) and returns the released running count(s) S_t + round(b·(L·z)_t), an
+    with at most one 1) and returns the released running count(s) S_t + ⌊2^-g·(L̄_p·Y)_t + ½⌋, an
     int (int64 array for d > 1); ``counts(xs)`` does a batch. Each of the d coordinates has its
     own noise stream (its own z).
 
-    Privacy guarantee: the released sequence is ε-differentially private with respect to
+    Privacy guarantee: the released sequence is exactly ε-differentially private with respect to
     changing the value of any one step (for d > 1: replacing one step's vector by another, an
-    ℓ1 change of at most Δ = 2; for d = 1, Δ = 1), in the idealised model where L·z is computed
-    exactly: b = Δ·‖R_p[:, :horizon]‖₁→₁/ε with the norm computed exactly by the lift plan
-    (``LiftPlan.sensitivity_exact``) and rounded up. The noise never depends on the data; it comes from
-    ``rng`` (a secure ``NoiseGenerator`` unless one is given: a seeded one is flagged by
-    ``seeded``). Released values are integers.
+    ℓ1 change of at most Δ_step = 2; for d = 1, Δ_step = 1), for the code as it runs, floats
+    included: the noise is discrete Laplace on the lattice of the encoder (an encoder off the
+    2^-32 lattice is refused), scaled to the exact ‖R_p[:, :horizon]‖₁→₁ of the lift plan, and
+    each release is an exactly decided rounding of L_p·y with y = R_p·x + w (post-processing;
+    ``lattice.py``, docs/privacy.md). With a secure generator the noise bits are keyed SHAKE-256
+    output, so the guarantee is computational (SHAKE-256 as a PRF); with a seeded generator
+    (``seeded``) there is no privacy at all. Released values are integers.
 
     Persistence: after ``save_state(path)`` the counter keeps ``path`` current: before every
-    release it atomically rewrites the state (generator key, release counter, prefix sums, last
-    release) and then the release ledger ``path + '.released'``. ``resume(path)`` continues with
-    exactly the values the uninterrupted counter would release and refuses a state older than
-    the ledger (a step released after that state was written would be released again).
+    release it atomically rewrites the state (generator key, release counter, prefix sums, the
+    values about to be released) and then the release ledger ``path + '.released'``: one durable
+    commit per ``counts`` call, so a call of m steps is a group commit of m releases (``count``
+    batches up to ``--commit-every`` lines that are already available). ``resume(path)`` continues
+    with exactly the values the uninterrupted counter would release and refuses a state older than
+    the ledger (a step released after that state was written would be released again); the state
+    keeps the last call's released values (``last_block``, up to ``MAX_BLOCK`` steps) so that an
+    output file can be completed after a crash with the values already released, never new ones.
     """
 
     def __init__(
@@ -328,10 +381,10 @@ class ContinualCounter:
                 f"the lifting parameters given ({len(alphas)}) are not the lift plan's for horizon {self.horizon} "
                 f"({len(self.alphas)}): the state or the base changed"
             )
-        decoder, _ = base.dense()
         self.step_sensitivity = 1 if self.dimension == 1 else 2
         self.sensitivity = self.plan.sensitivity_exact
         self.scale = float_upper(self.step_sensitivity * self.sensitivity / Fraction(self.epsilon))
+        self.exact_decoder = exact_decoder(base)
         generators = (
             [self.rng]
             if self.dimension == 1
@@ -340,13 +393,32 @@ class ContinualCounter:
                 for i in range(self.dimension)
             ]
         )
-        self._engines = [LiftedNoise(decoder=decoder, alphas=self.alphas, source=GeneratorSource(g)) for g in generators]
+        # The exact lattice release (lattice.py): integer noise Y on the encoder's lattice, L̄_p with
+        # every α = 1 (the α's sit in the noise rates), every rounding decided exactly.
+        self._releases = [
+            ExactRelease(
+                engine=LiftedNoise(decoder=self.exact_decoder.decoder, alphas=[1.0] * len(self.alphas), source=source),
+                decoder=self.exact_decoder,
+                source=source,
+            )
+            for source in (
+                LatticeSource(
+                    key=g.key,
+                    epsilon=Fraction(self.epsilon),
+                    sensitivity=self.step_sensitivity * self.sensitivity,
+                    alphas=[Fraction(a) for a in self.plan.alphas],
+                    grid_bits=self.exact_decoder.grid_bits,
+                )
+                for g in generators
+            )
+        ]
         self.base_sha256 = base_digest(base)
         self.released = check_size(_released, name="released", minimum=0, maximum=self.horizon)
         self._sums = [int(v) for v in (_prefix_sums if _prefix_sums is not None else [0] * self.dimension)]
         if len(self._sums) != self.dimension:
             raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
         self.last_release: list[int] | None = None
+        self.last_block: list[list[int]] = []  # the last call's released values (d per step), for output files
         self.lineage = _lineage or uuid.uuid4().hex
         _claim_generator(self.rng, lineage=self.lineage)
         self.state_path: Path | None = None
@@ -367,20 +439,30 @@ class ContinualCounter:
 
     # ------------------------------------------------------------------ releasing
 
+    @property
+    def lattice_sources(self) -> list[LatticeSource]:
+        """The integer noise Y of each coordinate (tests and the audit; never release it)."""
+        return [release.source for release in self._releases]
+
+    @property
+    def fallbacks(self) -> int:
+        """Steps whose rounding was decided in rational arithmetic (lattice.ExactRelease)."""
+        return sum(release.fallbacks for release in self._releases)
+
     def _noise(self, start: int, stop: int) -> np.ndarray:
-        """round(b·(L·z)_t) for t in [start, stop), shape (stop − start, d), computed ahead in
-        chunks of ``CHUNK`` steps (the noise does not depend on the data)."""
+        """⌊2^-g·(L̄_p·Y)_t + ½⌋ for t in [start, stop), shape (stop − start, d), computed ahead
+        in chunks of ``CHUNK`` steps (the noise does not depend on the data)."""
         if not (self._buffer_start <= start and stop <= self._buffer_start + len(self._buffer)):
             chunk_stop = min(self.horizon, max(stop, start + CHUNK))
-            columns = [engine.values(start, chunk_stop) for engine in self._engines]
+            columns = [release.noise(start, chunk_stop) for release in self._releases]
             self._buffer_start = start
-            self._buffer = round_to_integers(self.scale * np.stack(columns, axis=1))
+            self._buffer = np.stack(columns, axis=1)
             self._buffer_list = None
         return self._buffer[start - self._buffer_start : stop - self._buffer_start]
 
     def counts(self, values) -> np.ndarray:
         """Release the next steps: int64 array of shape (m,) (d = 1) or (m, d)."""
-        steps = _check_steps(values, dimension=self.dimension)
+        steps = check_steps(values, dimension=self.dimension)
         m = steps.shape[0]
         if self.released + m > self.horizon:
             raise InvalidInputError(f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)")
@@ -388,11 +470,13 @@ class ContinualCounter:
             return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
         sums = np.array(self._sums, dtype=np.int64) + np.cumsum(steps, axis=0)
         released = sums + self._noise(self.released, self.released + m)
-        if self.state_path is not None:
-            self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=released[-1])
+        block = released.tolist() if m <= MAX_BLOCK else released[-1:].tolist()
+        if self.state_path is not None:  # one durable commit for the whole call, before any release
+            self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=released[-1], last_block=block)
         self.released += m
         self._sums = sums[-1].tolist()
         self.last_release = released[-1].tolist()
+        self.last_block = block
         return released[:, 0] if self.dimension == 1 else released
 
     def update(self, value) -> int | np.ndarray:
@@ -411,6 +495,7 @@ class ContinualCounter:
             self.released = t + 1
             result = self._sums[0] + self._buffer_list[index]
             self.last_release = [result]
+            self.last_block = [[result]]
             return result
         return int(self.counts([value])[0])
 
@@ -421,7 +506,7 @@ class ContinualCounter:
 
     # ------------------------------------------------------------------ state files
 
-    def _record(self, *, released: int, prefix_sums, last_release) -> dict:
+    def _record(self, *, released: int, prefix_sums, last_release, last_block) -> dict:
         record = {
             "format": STATE_FORMAT,
             "library_version": pure_dp_mf.__version__,
@@ -444,15 +529,16 @@ class ContinualCounter:
             "released": int(released),
             "prefix_sums": [int(s) for s in prefix_sums],
             "last_release": None if last_release is None else [int(v) for v in last_release],
+            "last_block": [[int(v) for v in row] for row in last_block],
         }
         record["checksum"] = _checksum(record)
         return record
 
-    def _persist(self, *, released: int, prefix_sums, last_release) -> None:
+    def _persist(self, *, released: int, prefix_sums, last_release, last_block) -> None:
         """State first, then the ledger, both atomic: always ledger ≤ state on disk."""
         if self.state_path is None:
             raise StateFileError("the counter has no state file; call save_state first")
-        record = self._record(released=released, prefix_sums=prefix_sums, last_release=last_release)
+        record = self._record(released=released, prefix_sums=prefix_sums, last_release=last_release, last_block=last_block)
         atomic_write_text(self.state_path, json.dumps(record, sort_keys=True))
         atomic_write_text(_ledger(self.state_path), json.dumps({"lineage": self.lineage, "released": int(released)}))
 
@@ -468,7 +554,9 @@ class ContinualCounter:
                 self._lock.release()
             self._lock = lock
         self.state_path = path
-        self._persist(released=self.released, prefix_sums=self.prefix_sums, last_release=self.last_release)
+        self._persist(
+            released=self.released, prefix_sums=self.prefix_sums, last_release=self.last_release, last_block=self.last_block
+        )
         return path
 
     def close(self) -> None:
@@ -572,6 +660,7 @@ class ContinualCounter:
         if counter.scale.hex() != record["scale"]:
             raise StateFileError(f"{path}: the noise scale recomputed from the base differs from the state's")
         counter.last_release = record["last_release"]
+        counter.last_block = record.get("last_block") or ([record["last_release"]] if record["last_release"] else [])
         counter.certificate = record["base"].get("certificate")
         counter.state_path = Path(path)
         counter._lock = lock
@@ -586,8 +675,8 @@ def format_release(released) -> str:
 def open_release_log(path: Path, *, counter: ContinualCounter, resumed: bool) -> IO[str]:
     """Open the release log ``path`` for appending so that it holds exactly the released steps, one
     line each, across restarts (the exactly-once output of ``pure-dp-mf count --output``): after a kill
-    the state may be one step ahead of the file (released, not yet written): that step's value,
-    kept in the state, is written again (the same value, no new noise)."""
+    the state may be up to one commit ahead of the file (released, not yet written): those steps'
+    values, kept in the state (``last_block``), are written again (the same values, no new noise)."""
     if not resumed:
         if path.exists() and path.stat().st_size > 0:
             raise InvalidInputError(f"{path} already exists and is not empty; the counter would append to it")
@@ -595,15 +684,16 @@ def open_release_log(path: Path, *, counter: ContinualCounter, resumed: bool) ->
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     complete = text[: text.rfind("\n") + 1]
     lines = complete.count("\n")
+    missing = counter.released - lines
+    if not 0 <= missing <= len(counter.last_block):
+        raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
     stream = open(path, "a", encoding="utf-8")
     if len(complete) != len(text):  # a partial last line
         stream.truncate(len(complete.encode("utf-8")))
-    if lines == counter.released - 1 and counter.last_release is not None:
-        stream.write(format_release(counter.last_release if counter.dimension > 1 else counter.last_release[0]) + "\n")
+    if missing:
+        block = counter.last_block[len(counter.last_block) - missing :]
+        stream.write("".join(format_release(row[0] if counter.dimension == 1 else row) + "\n" for row in block))
         stream.flush()
-    elif lines != counter.released:
-        stream.close()
-        raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
     return stream
 
 

@@ -119,3 +119,70 @@ def test_lattice_rate_is_exact_and_the_lattice_noise_has_the_laplace_spread():
 def test_bad_input(call):
     with pytest.raises(InvalidInputError):
         call()
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectorised sampler (discrete_laplace_block): the same law as the scalar one.
+
+
+@pytest.mark.parametrize("s, t", [(1, 2), (3, 2), (1, 7), (1, 3 * 2**40)])
+def test_block_sampler_pmf_by_chi_square_and_ks(s, t):
+    n = 40_000
+    samples = dl.discrete_laplace_block(s=s, t=t, count=n, key=KEY, index=5)
+    assert samples.dtype == np.int64 and len(samples) == n
+    if t > 2**20:  # a lattice-sized rate: compare the scaled values with the continuous Laplace law
+        scaled = samples / (t / s)
+        assert stats.kstest(scaled, stats.laplace.cdf).pvalue > ALPHA
+        return
+    assert _chi_square_p(samples, s=s, t=t) > ALPHA
+    assert _ks_distance(samples, s=s, t=t) < math.sqrt(-math.log(ALPHA / 2) / (2 * n))
+
+
+def test_block_sampler_has_the_power_to_see_a_ten_percent_wrong_scale():
+    samples = dl.discrete_laplace_block(s=10, t=22, count=40_000, key=KEY, index=6)
+    assert _chi_square_p(samples, s=1, t=2) < ALPHA
+
+
+def test_block_and_scalar_samplers_draw_the_same_law():
+    """Two-sample χ² between the vectorised and the scalar (the slow obvious) sampler."""
+    fast = dl.discrete_laplace_block(s=1, t=3, count=30_000, key=KEY, index=7)
+    slow = _draws(30_000, s=1, t=3, key=bytes(range(1, 33)))
+    cells = np.arange(-8, 9)
+    table = np.array([[np.sum(np.clip(x, -8, 8) == c) for c in cells] for x in (fast, slow)])
+    assert stats.chi2_contingency(table).pvalue > ALPHA
+
+
+def test_block_sampler_is_a_function_of_key_index_and_count():
+    first = dl.discrete_laplace_block(s=1, t=2**35, count=3000, key=KEY, index=11)
+    assert np.array_equal(first, dl.discrete_laplace_block(s=1, t=2**35, count=3000, key=KEY, index=11))
+    assert not np.array_equal(first, dl.discrete_laplace_block(s=1, t=2**35, count=3000, key=KEY, index=12))
+    assert not np.array_equal(first, dl.discrete_laplace_block(s=1, t=2**35, count=3000, key=bytes(32), index=11))
+
+
+def test_vector_uniform_below_is_exact_and_uniform():
+    stream = dl.WordStream(key=KEY, index=1)
+    for m in (1, 2, 3, 6, 1000, 2**61 + 3):
+        values = dl.uniform_below(m, 24_000, stream)
+        assert values.min() >= 0 and values.max() < m
+        if 1 < m <= 1000:
+            assert stats.chisquare(np.bincount(values, minlength=m)).pvalue > ALPHA
+    # the rejection rule by hand (the slow obvious version): round by round, each pending entry in
+    # order takes the next word's top w bits and keeps them when < m
+    words = iter(int(w) for w in dl.WordStream(key=KEY, index=2).words(4096))
+    expected: list[int | None] = [None] * 300
+    while None in expected:
+        for i in [i for i, v in enumerate(expected) if v is None]:
+            candidate = next(words) >> (64 - 3)
+            expected[i] = candidate if candidate < 6 else None
+    assert dl.uniform_below(6, 300, dl.WordStream(key=KEY, index=2)).tolist() == expected
+    with pytest.raises(InvalidInputError):
+        dl.uniform_below(0, 3, stream)
+    with pytest.raises(InvalidInputError):
+        dl.uniform_below(2**62, 3, stream)
+
+
+def test_huge_rates_fall_back_to_the_exact_scalar_sampler():
+    t = 2**70
+    values = dl.discrete_laplace_block(s=1, t=t, count=20, key=KEY, index=0)
+    assert values.dtype == object and all(isinstance(v, int) for v in values)
+    assert values.tolist() == dl.discrete_laplace_many(s=1, t=t, count=20, source=dl.ShakeStream(key=KEY, index=0))

@@ -32,7 +32,14 @@ def train(
     ),
     p_start: float = typer.Option(16.0, "--p-start", help="initial exponent of the smooth max (p-norm) surrogate"),
     p_end: float = typer.Option(2048.0, "--p-end", help="final exponent of the surrogate (also used by L-BFGS)"),
-    surrogate: str = typer.Option("pnorm", "--surrogate", help="pnorm (annealed smooth max) or exact (plain true cost)"),
+    init_noise: float = typer.Option(
+        0.01, "--init-noise", help="Gaussian perturbation of the start, entries N(0, (σ/k)²) (0 to fine-tune a trained base)"
+    ),
+    surrogate: str = typer.Option(
+        "pnorm",
+        "--surrogate",
+        help="pnorm (annealed smooth max), exact (plain true cost) or projected (columns projected onto the unit ℓ1 ball, no column surrogate)",
+    ),
     adam_precision: str = typer.Option(
         "float64",
         "--adam-precision",
@@ -65,6 +72,7 @@ def train(
         surrogate=surrogate,
         init="file" if warm else init,
         init_file=init if warm else None,
+        init_noise=init_noise,
         seed=seed,
         device=device,
         checkpoint_every=checkpoint_every,

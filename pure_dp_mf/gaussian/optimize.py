@@ -586,8 +586,8 @@ def _masked_primal(A, schema, constraint, gap, max_iterations, check_every, prog
             if t < 1e-12:
                 new = None
                 break
-        if new is None:
-            best.offer(**certify(X, f, G))
+        if new is None:  # no descent step left: a last check, recorded like every other
+            best.record(iteration, **certify(X, f, G))
             break
         new_G = objective.gradient(new[1])
         new_gradient = project(-new_G, trial)
