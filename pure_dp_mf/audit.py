@@ -77,7 +77,7 @@ from pure_dp_mf.resources import largest_base_file
 from pure_dp_mf.stream import ArraySource, ContinualCounter, LiftedNoise
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
-MECHANISMS = ("lifted", "binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
+MECHANISMS = ("lifted", *trees.MECHANISMS)
 """The counters ``counter_target`` can audit: the lifted counter and every tree baseline."""
 
 MAX_N = 1024

@@ -215,9 +215,10 @@ is ≤ t); larger t take the scalar sampler, exact as well."""
 
 
 class WordStream:
-    """64-bit words of one noise block: chunk c is SHAKE-256(domain ‖ key ‖ index (16 bytes) ‖
-    c (8 bytes)) read as little-endian uint64, chunks in order. ``words(m)`` returns the next m
-    words: a deterministic function of (key, index) and the sequence of requests."""
+    """Random bytes and 64-bit words of one noise block: chunk c is SHAKE-256(domain ‖ key ‖ index
+    (16 bytes) ‖ c (8 bytes)), chunks in order; ``words(m)`` reads the next 8·m bytes as
+    little-endian uint64, ``octets(m)`` the next m bytes. A deterministic function of (key, index)
+    and the sequence of requests."""
 
     def __init__(self, *, key: bytes, index: int) -> None:
         if not isinstance(key, bytes | bytearray) or len(key) < 16:
@@ -226,55 +227,74 @@ class WordStream:
             raise InvalidInputError(f"a block index must be >= 0, got {index}")
         self._prefix = hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + index.to_bytes(16, "little"))
         self._chunk = 0
-        self._buffer = np.zeros(0, dtype=np.uint64)
+        self._buffer = b""
+        self._position = 0
+
+    def _take(self, size: int) -> bytes:
+        if self._position + size > len(self._buffer):
+            rest = self._buffer[self._position :]
+            parts = [rest]
+            available = len(rest)
+            while available < size:
+                hasher = self._prefix.copy()
+                hasher.update(self._chunk.to_bytes(8, "little"))
+                fresh = hasher.digest(max(_WORD_CHUNK, size - available))
+                parts.append(fresh)
+                available += len(fresh)
+                self._chunk += 1
+            self._buffer, self._position = b"".join(parts), 0
+        out = self._buffer[self._position : self._position + size]
+        self._position += size
+        return out
 
     def words(self, count: int) -> np.ndarray:
-        while len(self._buffer) < count:
-            hasher = self._prefix.copy()
-            hasher.update(self._chunk.to_bytes(8, "little"))
-            size = max(_WORD_CHUNK, 8 * (count - len(self._buffer)))
-            fresh = np.frombuffer(hasher.digest(size), dtype="<u8").astype(np.uint64)
-            self._buffer = np.concatenate([self._buffer, fresh])
-            self._chunk += 1
-        out, self._buffer = self._buffer[:count], self._buffer[count:]
-        return out
+        return np.frombuffer(self._take(8 * count), dtype="<u8").astype(np.uint64)
+
+    def octets(self, count: int) -> np.ndarray:
+        return np.frombuffer(self._take(count), dtype=np.uint8)
 
 
 def uniform_below(m: int, size: int, stream: WordStream) -> np.ndarray:
     """``size`` independent integers uniform on {0, …, m − 1} (1 ≤ m < 2^62), exactly, as int64:
-    for each pending entry one word, its top w = (m − 1).bit_length() bits, kept when < m
-    (probability > ½), otherwise the entry waits for the next round. Words are read in entry
-    order, round by round."""
+    for each pending entry one byte (w ≤ 8) or one word, its top w = (m − 1).bit_length() bits,
+    kept when < m (probability > ½), otherwise the entry waits for the next round. Bytes or words
+    are read in entry order, round by round."""
     if not 1 <= m < VECTOR_LIMIT:
         raise InvalidInputError(f"a vectorised uniform draw needs 1 <= m < 2^62, got {m}")
     out = np.zeros(size, dtype=np.int64)
     width = (m - 1).bit_length()
     if width == 0:  # m = 1: always 0
         return out
-    shift = np.uint64(64 - width)  # width ≤ 62, so the candidates fit in int64
     pending = np.arange(size)
     while pending.size:
-        candidates = (stream.words(pending.size) >> shift).astype(np.int64)
+        if width <= 8:  # one byte per entry: its top w bits
+            candidates = (stream.octets(pending.size) >> np.uint8(8 - width)).astype(np.int64)
+        else:  # one word per entry: its top w bits (w ≤ 62, so they fit in int64)
+            candidates = (stream.words(pending.size) >> np.uint64(64 - width)).astype(np.int64)
         accepted = candidates < m
         out[pending[accepted]] = candidates[accepted]
         pending = pending[~accepted]
     return out
 
 
-def _bernoulli_exp_minus_block(numerators: np.ndarray, t: int, stream: WordStream) -> np.ndarray:
-    """B_i with P(B_i = 1) = e^{−u_i/t} for u_i ∈ [0, t] (Canonne–Kamath–Steinke, Algorithm 1, as
-    ``_bernoulli_exp_minus_unit``): the first K with A_K = 0 is odd, A_K ~ Bernoulli(u/(t·K)) drawn
-    as [below(K) = 0]·[below(t) < u], two independent draws (no modulus exceeds max(t, K))."""
-    size = len(numerators)
+def _bernoulli_exp_minus_block(numerators: np.ndarray | None, t: int, size: int, stream: WordStream) -> np.ndarray:
+    """B_i with P(B_i = 1) = e^{−u_i/t} for u_i ∈ [0, t] (``numerators`` None: every u_i = t, i.e.
+    e^{−1}), by Canonne–Kamath–Steinke's Algorithm 1 as in ``_bernoulli_exp_minus_unit``: the first
+    K with A_K = 0 is odd, A_K ~ Bernoulli(u/(t·K)) drawn as below(t·K) < u (one word), or as
+    [below(K) = 0]·[below(t) < u] (two independent draws) once t·K reaches 2^62; for u = t,
+    A_K = [below(K) = 0]."""
     result = np.zeros(size, dtype=bool)
     active = np.arange(size)
     k = 1
     while active.size:
-        first = uniform_below(k, active.size, stream) == 0
-        second = uniform_below(t, active.size, stream) < numerators[active]
-        success = first & second
-        stopped = active[~success]
-        result[stopped] = k % 2 == 1
+        if numerators is None:
+            success = uniform_below(k, active.size, stream) == 0
+        elif t * k < VECTOR_LIMIT:
+            success = uniform_below(t * k, active.size, stream) < numerators[active]
+        else:
+            first = uniform_below(k, active.size, stream) == 0
+            success = first & (uniform_below(t, active.size, stream) < numerators[active])
+        result[active[~success]] = k % 2 == 1
         active = active[success]
         k += 1
     return result
@@ -301,11 +321,11 @@ def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int
     while found < count:
         batch = max(64, 2 * (count - found))  # ≈ 1.6 candidates per draw: P(keep U) ≥ 1 − e^{−1}
         u = uniform_below(t, batch, stream)
-        kept = u[_bernoulli_exp_minus_block(u, t, stream)]
+        kept = u[_bernoulli_exp_minus_block(u, t, batch, stream)]
         v = np.zeros(kept.size, dtype=np.int64)
         active = np.arange(kept.size)
         while active.size:  # V: successes of Bernoulli(e^{−1}) before the first failure
-            success = _bernoulli_exp_minus_block(np.full(active.size, t, dtype=np.int64), t, stream)
+            success = _bernoulli_exp_minus_block(None, t, active.size, stream)
             v[active[success]] += 1
             active = active[success]
         if int(v.max(initial=0)) < VECTOR_LIMIT // t:

@@ -11,8 +11,8 @@ c_i = 2^-g (base) or 2^-g/α_{ℓ−1} (coarse of level ℓ). Δ = Δ_step·‖R
 (``LiftPlan.sensitivity_exact``; Δ_step = 1 for d = 1 and 2 for vectors).
 
 Noise. w_i = c_i·Y_i with Y_i ~ DLap(λ_i) independent, λ_i = ε·c_i/Δ (``discrete_laplace``, exact,
-unbounded support; the bits come from the counter's keyed SHAKE-256 stream, block by block, so a
-block is regenerated, never redrawn). Then y = R_p·x + w is exactly ε-DP: a neighbour moves
+unbounded support; the bits come from the counter's keyed SHAKE-256 stream, a page of 2^14 draws
+per level at a time (``LatticeSource``), so a page is regenerated, never redrawn). Then y = R_p·x + w is exactly ε-DP: a neighbour moves
 R_p·x by a vector whose coordinate i is a multiple m_i·c_i with Σ|m_i|·c_i ≤ Δ, and the
 probability of every y changes by at most Π_i e^{λ_i·|m_i|} = e^{ε·Σ|m_i|c_i/Δ} ≤ e^ε.
 
@@ -257,8 +257,12 @@ class LatticeSource:
         if largest >= EXACT_INTEGER:
             self.exact_in_float = False
         self.largest = max(self.largest, largest)
-        squares = sum(v * v for v in values.tolist())  # Python integers: exact
-        self.largest_norm = max(self.largest_norm, _float_up(gmpy2.mpq(exact.sqrt_upper(squares, bits=8))))
+        # ‖Y‖₂ bounded above in floats: every Y_i is exact (|Y_i| < 2^53, else exact_in_float is
+        # off and nothing is decided in floats), and a float dot product of r terms has relative
+        # error ≤ γ_r (Higham, Theorem 3.5), so Σ Y_i² ≤ fl(Y·Y)/(1 − γ_r); the square root and
+        # the division are then inflated by 2^-50 to cover their own roundings.
+        squares = float(np.dot(array, array)) / (1 - gamma(len(array)))
+        self.largest_norm = max(self.largest_norm, math.sqrt(squares) * (1 + 2.0**-50))
         return array
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:

@@ -418,7 +418,7 @@ class ContinualCounter:
         if len(self._sums) != self.dimension:
             raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
         self.last_release: list[int] | None = None
-        self.last_block: list[list[int]] = []  # the last call's released values (d per step), for output files
+        self.last_block: list[list[int]] = []  # the last commit's released values (d per step), for output files
         self.lineage = _lineage or uuid.uuid4().hex
         _claim_generator(self.rng, lineage=self.lineage)
         self.state_path: Path | None = None
@@ -470,13 +470,15 @@ class ContinualCounter:
             return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
         sums = np.array(self._sums, dtype=np.int64) + np.cumsum(steps, axis=0)
         released = sums + self._noise(self.released, self.released + m)
-        block = released.tolist() if m <= MAX_BLOCK else released[-1:].tolist()
         if self.state_path is not None:  # one durable commit for the whole call, before any release
+            block = released.tolist() if m <= MAX_BLOCK else released[-1:].tolist()
             self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=released[-1], last_block=block)
+            self.last_block = block
+        else:
+            self.last_block = []  # not kept without a state file (a later save_state must not store stale values)
         self.released += m
         self._sums = sums[-1].tolist()
         self.last_release = released[-1].tolist()
-        self.last_block = block
         return released[:, 0] if self.dimension == 1 else released
 
     def update(self, value) -> int | np.ndarray:
@@ -495,7 +497,7 @@ class ContinualCounter:
             self.released = t + 1
             result = self._sums[0] + self._buffer_list[index]
             self.last_release = [result]
-            self.last_block = [[result]]
+            self.last_block = []
             return result
         return int(self.counts([value])[0])
 

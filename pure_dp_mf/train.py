@@ -27,7 +27,11 @@ Singer & Chandra, ICML 2008: soft thresholding at the θ that makes the column's
 only the row term is minimised: ½·log(‖L‖_F²/k) exactly for MeanSE (no surrogate left at all),
 ½·smax_p(log ‖L_t‖²) for MaxSE. The p-norm column term is biased: ‖v‖_p ≤ k^{1/p}·‖v‖_∞, so its
 optimum can sit up to a factor k^{1/p} above the true one (0.34 % in c at k = 1024, p = 2048); the
-projection has no such bias, which is what a fine-tune of a converged base needs.
+projection has no such bias, which is what a fine-tune of a converged base needs. With it the
+polish phase (``lbfgs_steps``) is projected gradient descent with Armijo backtracking along the
+projection arc, monotone in the surrogate, instead of L-BFGS (whose quasi-Newton steps ignore the
+constraint). The projection zeroes entries (soft thresholding): the k = 1024 MeanSE base polished
+this way has over 99 % of its encoder entries exactly zero.
 
 Every reported cost is the true c₂ / c_F of actual matrices, never the surrogate: the trainer
 tracks the best true cost seen, and the returned factorization holds R rounded to the dyadic
@@ -83,6 +87,7 @@ INITS = ("identity", "toeplitz", "file")
 SURROGATES = ("pnorm", "exact", "projected")
 PRECISIONS = ("float64", "float32")
 MAX_REJECTIONS = 40
+PGD_FIRST_STEP = 1e-4  # first step of the projected-gradient polish (adapted by backtracking)
 CHECKPOINT_FORMAT = "pure_dp_mf.train-checkpoint/1"
 
 # Arkhipov & Kalinin, Table 2: 2C₂² (MaxSE) and 2C_F² (MeanSE) of the numerically optimised T_k = L·R.
@@ -463,10 +468,12 @@ def train_base_factorization(
     adam = torch.optim.Adam([parameter], lr=learning_rate)
     lbfgs = torch.optim.LBFGS([parameter], **LBFGS_OPTIONS)
     lr_scale, rejections, good = 1.0, 0, None
+    pgd_step = PGD_FIRST_STEP
     if state is not None:
         adam.load_state_dict(state["adam"])
         lbfgs.load_state_dict(state["lbfgs"])
         lr_scale, rejections = float(state.get("lr_scale", 1.0)), int(state.get("rejections", 0))
+        pgd_step = float(state.get("pgd_step", PGD_FIRST_STEP))
 
     def normalise() -> None:
         if settings.surrogate == "projected":
@@ -489,6 +496,7 @@ def train_base_factorization(
             "best_encoder": torch.from_numpy(best_R.copy()),
             "lr_scale": lr_scale,
             "rejections": rejections,
+            "pgd_step": pgd_step,
             "library_version": pure_dp_mf.__version__,
         }
 
@@ -542,6 +550,29 @@ def train_base_factorization(
                 good = (parameter.detach().clone(), _copy_state(adam.state_dict()))
                 adam.step()
                 normalise()
+            elif settings.surrogate == "projected":
+                # Projected gradient with backtracking (L-BFGS would not respect the constraint):
+                # R ← P(R − t·g), accepted when the surrogate drops by at least 10⁻⁴·⟨g, ΔR⟩
+                # (Armijo along the projection arc), t halved until it does and doubled after.
+                parameter.grad = None
+                loss, _ = objective(parameter, settings.p_end)
+                loss.backward()
+                gradient = cast(Any, parameter.grad)
+                with torch.no_grad():
+                    value, trial = float(loss), parameter.detach().clone()
+                    while pgd_step > 1e-30:
+                        trial = parameter - pgd_step * gradient
+                        project_columns_to_l1_ball(trial)
+                        trial_loss, trial_true = objective(trial, settings.p_end)
+                        if float(trial_loss) <= value + 1e-4 * float((gradient * (trial - parameter)).sum()):
+                            break
+                        pgd_step /= 2
+                    else:  # no descent step left: stay
+                        trial = parameter.detach().clone()
+                    parameter.copy_(trial)
+                    pgd_step = min(2 * pgd_step, 1e6)
+                    current = evaluate(settings.p_end, torch.float64)[1]
+                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
             else:
                 p = settings.p_end
 

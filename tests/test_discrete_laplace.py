@@ -167,14 +167,16 @@ def test_vector_uniform_below_is_exact_and_uniform():
         if 1 < m <= 1000:
             assert stats.chisquare(np.bincount(values, minlength=m)).pvalue > ALPHA
     # the rejection rule by hand (the slow obvious version): round by round, each pending entry in
-    # order takes the next word's top w bits and keeps them when < m
-    words = iter(int(w) for w in dl.WordStream(key=KEY, index=2).words(4096))
-    expected: list[int | None] = [None] * 300
-    while None in expected:
-        for i in [i for i, v in enumerate(expected) if v is None]:
-            candidate = next(words) >> (64 - 3)
-            expected[i] = candidate if candidate < 6 else None
-    assert dl.uniform_below(6, 300, dl.WordStream(key=KEY, index=2)).tolist() == expected
+    # order takes the next byte's (w ≤ 8) or word's top w bits and keeps them when < m
+    raw = dl.WordStream(key=KEY, index=2).octets(1 << 16).tobytes()
+    for m, width, unit in ((6, 3, 1), (1000, 10, 8)):
+        units = iter(int.from_bytes(raw[i : i + unit], "little") for i in range(0, len(raw), unit))
+        expected: list[int | None] = [None] * 300
+        while None in expected:
+            for i in [i for i, v in enumerate(expected) if v is None]:
+                candidate = next(units) >> (8 * unit - width)
+                expected[i] = candidate if candidate < m else None
+        assert dl.uniform_below(m, 300, dl.WordStream(key=KEY, index=2)).tolist() == expected
     with pytest.raises(InvalidInputError):
         dl.uniform_below(0, 3, stream)
     with pytest.raises(InvalidInputError):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import numpy as np
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
@@ -19,10 +21,11 @@ from pure_dp_mf.stream import MAX_BLOCK, ContinualCounter, check_steps, format_r
 from pure_dp_mf.validation import check_size
 
 
-def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str]]]:
-    """Lists of (line number, text) of the non-blank lines, each list at most ``largest`` long and
-    holding the complete lines available without waiting (``read1``: one read of what the pipe or
-    file has), so a live stream is answered line by line and a bulk one in large groups."""
+def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str]] | tuple[int, np.ndarray]]:
+    """The non-blank lines, in groups of at most ``largest`` that hold the complete lines available
+    without waiting (``read1``: one read of what the pipe or file has), so a live stream is
+    answered line by line and a bulk one in large groups. A group is a list of (line number, text),
+    or, for a run of lines that are each exactly "0" or "1", (first line number, int64 values)."""
     number, pending = 0, b""
     while True:
         chunk = stream.read1(1 << 16)  # type: ignore[attr-defined]
@@ -32,9 +35,16 @@ def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str
         cut = pending.rfind(b"\n")
         if cut < 0:
             continue
-        lines, pending = pending[: cut + 1].split(b"\n")[:-1], pending[cut + 1 :]
+        complete, pending = pending[: cut + 1], pending[cut + 1 :]
+        codes = np.frombuffer(complete, dtype=np.uint8)
+        if codes.size % 2 == 0 and np.all(codes[1::2] == 10) and np.all((codes[0::2] == 48) | (codes[0::2] == 49)):
+            values = codes[0::2].astype(np.int64) - 48  # every line is "0" or "1": no parsing needed
+            for start in range(0, len(values), largest):
+                yield number + start + 1, values[start : start + largest]
+            number += len(values)
+            continue
         batch: list[tuple[int, str]] = []
-        for line in lines:
+        for line in complete.split(b"\n")[:-1]:
             number += 1
             text = _decode(line, number=number)
             if text:
@@ -45,8 +55,7 @@ def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str
         if batch:
             yield batch
     if pending.strip():
-        text = _decode(pending, number=number + 1)
-        yield [(number + 1, text)]
+        yield [(number + 1, _decode(pending, number=number + 1))]
 
 
 def _decode(line: bytes, *, number: int) -> str:
@@ -129,26 +138,22 @@ def count(
     sink = open_release_log(output, counter=counter, resumed=resumed) if output is not None else sys.stdout
     if state is not None and not resumed:
         counter.save_state(state)
-    source = open(input_file, "rb") if input_file is not None else sys.stdin.buffer
+    source = open(input_file, "rb") if input_file is not None else _standard_input()
     try:
         batches = _batches(source, largest=commit_every)
         skip = counter.released if resumed and input_file is not None else 0  # a file restarts from its beginning
         for batch in batches:
-            if skip:
-                used = min(skip, len(batch))
-                batch, skip = batch[used:], skip - used
-                if not batch:
-                    continue
-            beyond = None
-            if counter.released + len(batch) > horizon:
-                number = batch[horizon - counter.released][0]
-                beyond = InvalidInputError(f"line {number}: more steps than the horizon {horizon}")
-                batch = batch[: horizon - counter.released]
-            rows, problem = _valid_rows(batch, dimension=dimension)
-            problem = problem or beyond
-            if rows:  # the valid lines before a bad one are released, as one line at a time would
-                released = counter.counts([row[0] for row in rows] if dimension == 1 else rows)
-                sink.write("".join(format_release(int(v) if dimension == 1 else v) + "\n" for v in released))
+            steps, line, problem = _prepare(batch, dimension=dimension)
+            used = min(skip, len(steps))  # lines of a file already counted before the restart
+            steps, skip = steps[used:], skip - used
+            allowed = horizon - counter.released
+            if len(steps) > allowed:
+                problem = InvalidInputError(f"line {line(used + allowed)}: more steps than the horizon {horizon}")
+                steps = steps[:allowed]
+            if len(steps):  # the valid lines before a bad one are released, as one line at a time would
+                released = counter.counts(steps)
+                text = "\n".join(map(str, released.tolist())) if dimension == 1 else "\n".join(map(format_release, released))
+                sink.write(text + "\n")
                 sink.flush()
                 if output is not None and state is not None:
                     os.fsync(sink.fileno())
@@ -161,6 +166,26 @@ def count(
             source.close()
         if output is not None:
             sink.close()
+
+
+def _standard_input() -> IO[bytes]:
+    """The bytes of standard input (a text-only stand-in, as in tests, is read whole and encoded)."""
+    binary = getattr(sys.stdin, "buffer", None)
+    return binary if binary is not None else io.BytesIO(sys.stdin.read().encode("utf-8"))
+
+
+def _prepare(
+    batch: list[tuple[int, str]] | tuple[int, np.ndarray], *, dimension: int
+) -> tuple[Any, Callable[[int], int], InvalidInputError | None]:
+    """(the steps to release, position → line number, the error of the first bad line or None)."""
+    if isinstance(batch, tuple):
+        first, bits = batch
+        if dimension == 1:
+            return bits, lambda position: first + position, None
+        return [], lambda position: first + position, InvalidInputError(f"line {first}: expected {dimension} value(s), got 1")
+    rows, problem = _valid_rows(batch, dimension=dimension)
+    steps = [row[0] for row in rows] if dimension == 1 else rows
+    return steps, lambda position: batch[position][0] if position < len(batch) else batch[-1][0] + 1, problem
 
 
 def _valid_rows(batch: list[tuple[int, str]], *, dimension: int) -> tuple[list[list[float]], InvalidInputError | None]:

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pure_dp_mf import workloads
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.gaussian.accounting import epsilon_for, noise_multiplier_for
 from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, Constraint, optimize
 
 multi_epoch_app = typer.Typer(
@@ -101,6 +100,8 @@ def epsilon_command(
 ) -> None:
     """ε of the single Gaussian release G·C (PLD accountant of dp-accounting)."""
 
+    from pure_dp_mf.gaussian.accounting import epsilon_for  # dp_accounting: only for this command
+
     epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
     if as_json:
         print_json({"epsilon": epsilon, "delta": delta, "noise_multiplier": noise_multiplier})
@@ -115,6 +116,8 @@ def noise_command(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The noise multiplier giving (ε, δ)-DP for the single Gaussian release G·C."""
+
+    from pure_dp_mf.gaussian.accounting import noise_multiplier_for  # dp_accounting: only for this command
 
     z = noise_multiplier_for(epsilon=epsilon, delta=delta)
     if as_json:

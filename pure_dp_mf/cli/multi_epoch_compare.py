@@ -12,7 +12,6 @@ import typer
 from pure_dp_mf.cli.app import console, print_json, print_table
 from pure_dp_mf.cli.multi_epoch import multi_epoch_app
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.gaussian.accounting import epsilon_for
 from pure_dp_mf.gaussian.compare import compare, plot_step_variance
 
 
@@ -42,6 +41,8 @@ def compare_command(
     """Total loss ‖B‖_F²·sens² and RMSE of every mechanism for prefix sums under (k,b)-participation."""
 
     if noise_multiplier is not None:
+        from pure_dp_mf.gaussian.accounting import epsilon_for  # dp_accounting: only for this command
+
         epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
     else:
         epsilon = None
