@@ -93,7 +93,7 @@ import pure_dp_mf
 from pure_dp_mf import exact
 from pure_dp_mf.atomic import atomic_write_text, check_writable_file
 from pure_dp_mf.costs import factorization_costs
-from pure_dp_mf.errors import InvalidInputError, PureDPMFError
+from pure_dp_mf.errors import CheckFailedError, InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
 from pure_dp_mf.lift import lift_factor
 from pure_dp_mf.validation import check_size
@@ -120,8 +120,8 @@ class CertificationError(PureDPMFError):
     """The factorization cannot be certified (not square, too small, series not convergent)."""
 
 
-class ClaimFailedError(PureDPMFError):
-    """Verification failed; ``claim`` names the first claim that does not hold."""
+class ClaimFailedError(CheckFailedError):
+    """Verification failed; ``claim`` names the first claim that does not hold (exit code 1)."""
 
     def __init__(self, claim: str, message: str):
         super().__init__(f"claim {claim!r} fails: {message}")
@@ -394,11 +394,16 @@ def certify_factorization(
     out: str | os.PathLike | None = None,
     rounded_out: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    array: str | None = None,
+    decoder: str | os.PathLike | None = None,
+    decoder_array: str | None = None,
+    integer_grid_bits: int | None = None,
 ) -> Certificate:
     """Certify the factorization in ``path`` (see the module docstring for the proof).
 
     Args:
-        path: a factorization file (.npz) with a square encoder R of T_k.
+        path: a factorization file (.npz) with a square encoder R of T_k, or a published encoder
+            (bare .npy, an .npz array chosen by ``array``, text or CSV: ``Factorization.load``).
         grid_bits: g; the certified encoder is R̃ on the lattice 2^-g ℤ.
         metric: "maxse" or "meanse" (default: the file's).
         out: where to write the certificate (JSON), if given.
@@ -406,6 +411,9 @@ def certify_factorization(
             file stores a decoder (default: ``<stem>_grid<G>.npz`` beside the input); that file
             is the one certified.
         progress: called with a short message at each stage.
+        array, decoder, decoder_array, integer_grid_bits: how to read a published matrix
+            (``Factorization.load``). With a published decoder L̃ the bound on L = T_k·R̃⁻¹ is taken
+            through that L̃ (its Neumann-series correction), as the authors' own check does.
 
     Returns:
         The ``Certificate``: exact upper bounds on ‖R̃‖₁→₁, the decoder norm, c and the constants.
@@ -423,7 +431,10 @@ def certify_factorization(
             check_writable_file(target, name=name)
     source = Path(path)
     say(f"loading {source}")
-    factorization = Factorization.load(source)
+    factorization = Factorization.load(
+        source, array=array, decoder=decoder, decoder_array=decoder_array, integer_grid_bits=integer_grid_bits
+    )
+    published = "source" in factorization.metadata and "arrays" not in factorization.metadata
     metric = metric or factorization.metric
     if metric is None:
         raise InvalidInputError(f"{source}: no metric recorded in the file; pass metric= one of {METRICS}")
@@ -436,22 +447,32 @@ def certify_factorization(
     if k < 2:
         raise CertificationError(f"{source}: k = {k}; the leading constant needs k >= 2")
     R_rounded, moved = exact.round_to_grid(R, grid_bits=grid_bits)
-    has_decoder = "decoder" in factorization.metadata.get("arrays", {})
+    has_decoder = "decoder" in factorization.metadata.get("arrays", {}) or decoder is not None
     rounded_from = None
     certified = source
-    if moved or has_decoder:
+    if moved or has_decoder or published:
         certified = Path(rounded_out) if rounded_out is not None else _rounded_path(source, grid_bits)
         if certified.resolve() == source.resolve():
             raise InvalidInputError(f"the rounded factorization would overwrite its input {source}; choose another --rounded-out")
         say(f"writing the rounded factorization {certified}")
         metadata = {key: value for key, value in factorization.metadata.items() if key != "arrays"}
-        rounded_from = {"file": source.name, "sha256": file_sha256(source), "grid_bits": grid_bits}
+        changes = np.abs(R_rounded - R)
+        rounded_from = {
+            "file": source.name,
+            "sha256": file_sha256(source),
+            "grid_bits": grid_bits,
+            "entries_moved": int(np.count_nonzero(changes)),
+            "largest_change": float(changes.max(initial=0.0)),
+        }
+        if published:
+            rounded_from["array"] = array
+            rounded_from["integer_grid_bits"] = integer_grid_bits
         metadata["rounded_from"] = rounded_from
         Factorization(decoder=loaded_decoder, encoder=R_rounded, metadata=metadata).save(certified, store_decoder=False)
     rounded_seconds = time.perf_counter() - start
 
     say("float64 approximation of L = T_k·R̃⁻¹")
-    float_decoder = loaded_decoder if not (moved or has_decoder) else decoder_from_encoder(R_rounded)
+    float_decoder = loaded_decoder if not (moved or has_decoder or published) else decoder_from_encoder(R_rounded)
     approximate_decoder = loaded_decoder if has_decoder else float_decoder
     float_costs = factorization_costs(decoder=float_decoder, encoder=R_rounded)
     float_seconds = time.perf_counter() - start - rounded_seconds
@@ -462,13 +483,13 @@ def certify_factorization(
     with exact.flint_threads():
         record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
     sensitivity = gmpy2.mpq(max(exact.column_abs_sums(P)), gmpy2.mpz(2) ** grid_bits)
-    decoder = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
+    decoder_bound = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
     if metric == "maxse":
-        cost = exact.decimal_ceil(decoder * sensitivity, digits=DECIMAL_DIGITS)
+        cost = exact.decimal_ceil(decoder_bound * sensitivity, digits=DECIMAL_DIGITS)
     else:
-        cost = exact.decimal_ceil(exact.sqrt_upper(decoder**2 * sensitivity**2 / k), digits=DECIMAL_DIGITS)
+        cost = exact.decimal_ceil(exact.sqrt_upper(decoder_bound**2 * sensitivity**2 / k), digits=DECIMAL_DIGITS)
     logs = {"k": exact.log2_lower_bound(k), "2k+1": exact.log2_lower_bound(2 * k + 1)}
-    values = {"encoder_max_column_sum": sensitivity, _DECODER_CLAIM[metric]: decoder, _COST_CLAIM[metric]: cost}
+    values = {"encoder_max_column_sum": sensitivity, _DECODER_CLAIM[metric]: decoder_bound, _COST_CLAIM[metric]: cost}
     values.update(_constants(cost, logs))
     exact_seconds = time.perf_counter() - start - rounded_seconds - float_seconds
 
@@ -635,7 +656,12 @@ def _check_rounded_from(certificate: Certificate, R: np.ndarray) -> None:
         raise ClaimFailedError("rounded_from", f"{original} does not exist, so the rounding cannot be re-checked")
     if file_sha256(original) != digest:
         raise ClaimFailedError("rounded_from", f"{original} does not have the sha256 the certificate names")
-    rounded, _ = exact.round_to_grid(Factorization.load(original).dense()[1], grid_bits=certificate.grid_bits)
+    options = {"array": claim.get("array"), "integer_grid_bits": claim.get("integer_grid_bits")}
+    try:
+        source = Factorization.load(original, **{key: value for key, value in options.items() if value is not None})
+    except PureDPMFError as error:
+        raise ClaimFailedError("rounded_from", f"{original} cannot be read as the record says: {error}") from None
+    rounded, _ = exact.round_to_grid(source.dense()[1], grid_bits=certificate.grid_bits)
     if rounded.shape != R.shape or not np.array_equal(rounded, R):
         raise ClaimFailedError("rounded_from", f"rounding {original.name} to the grid does not give the certified encoder")
 

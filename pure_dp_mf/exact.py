@@ -193,6 +193,14 @@ def sqrt_upper(value: Rational, *, bits: int = 128) -> gmpy2.mpq:
     return gmpy2.mpq(y, gmpy2.mpz(2) ** bits)
 
 
+def sqrt_lower(value: Rational, *, bits: int = 128) -> gmpy2.mpq:
+    """A rational r = y/2^bits with r² ≤ value and r > √value − 2^(-bits) (value ≥ 0)."""
+    q = mpq(value)
+    if q < 0:
+        raise InvalidInputError("square root of a negative number")
+    return gmpy2.mpq(gmpy2.isqrt(gmpy2.mpz(floor(q * gmpy2.mpz(4) ** bits))), gmpy2.mpz(2) ** bits)
+
+
 def _atanh_series(z: gmpy2.mpq, terms: int) -> gmpy2.mpq:
     """2·Σ_{j<terms} z^(2j+1)/(2j+1)."""
     total, power, square = gmpy2.mpq(0), z, z * z

@@ -38,6 +38,9 @@ import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.costs import FactorizationCosts, factorization_costs
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
+from pure_dp_mf.matrix_files import file_sha256, read_matrix
+
+__all__ = ["DEFAULT_TOLERANCE", "FORMAT", "METRICS", "Factorization", "array_sha256", "decoder_from_encoder", "file_sha256"]
 
 FORMAT = "pure_dp_mf.factorization/1"
 METRICS = ("maxse", "meanse")
@@ -47,15 +50,6 @@ DEFAULT_TOLERANCE = 1e-6
 def array_sha256(array: np.ndarray) -> str:
     """sha256 of an array's bytes in C order (shape and dtype are recorded beside it)."""
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _as_matrix(matrix: Any, *, name: str):
@@ -199,15 +193,44 @@ class Factorization:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Factorization:
-        """Read and check a factorization file; every mismatch is a ``FactorizationFileError``."""
+    def load(
+        cls,
+        path: str | os.PathLike,
+        *,
+        array: str | None = None,
+        decoder: str | os.PathLike | None = None,
+        decoder_array: str | None = None,
+        integer_grid_bits: int | None = None,
+    ) -> Factorization:
+        """Read a factorization: this library's file format, or matrices as published.
+
+        A ``pure_dp_mf`` factorization file (``.npz`` with a ``metadata`` record) is read and
+        checked in full; every mismatch is a ``FactorizationFileError``. Any other file is read
+        as a published encoder R (``matrix_files.read_matrix``: bare ``.npy``, an ``.npz`` array
+        chosen by ``array``, text or CSV), with L = T_k·R⁻¹ for a square R, or with the published
+        decoder L̃ read from ``decoder`` (then the factorization is (L̃, R) as published, and
+        certify bounds L = T_k·R⁻¹ through L̃). The metadata records where every matrix came from
+        (``source``: file name, SHA-256 of the file as given, array name, dtype, shape).
+
+        Raises:
+            FactorizationFileError: a damaged file of this library's format.
+            InvalidInputError: an unreadable or unsuitable published matrix (one clear line each).
+        """
         path = Path(path)
         if not path.exists():
             raise FactorizationFileError(f"{path}: no such file")
         if not path.is_file():
             raise FactorizationFileError(f"{path}: not a file")
-        if not zipfile.is_zipfile(path):
+        if path.suffix.lower() == ".npz" and not zipfile.is_zipfile(path):
             raise FactorizationFileError(f"{path}: not an .npz file (not a zip archive)")
+        if not _is_library_file(path):
+            return cls._from_published(
+                path, array=array, decoder=decoder, decoder_array=decoder_array, integer_grid_bits=integer_grid_bits
+            )
+        if array is not None or decoder is not None or decoder_array is not None or integer_grid_bits is not None:
+            raise InvalidInputError(
+                f"{path} is a pure_dp_mf factorization file; --array, --decoder and --integer-grid-bits apply to published matrices"
+            )
         try:
             with np.load(path, allow_pickle=False) as archive:
                 contents = {name: archive[name] for name in archive.files}
@@ -228,16 +251,16 @@ class Factorization:
         for name, record in records.items():
             if name not in contents:
                 raise FactorizationFileError(f"{path}: metadata records array {name!r} but the file lacks it")
-            array = contents[name]
-            if not isinstance(record, dict) or list(array.shape) != record.get("shape"):
+            stored = contents[name]
+            if not isinstance(record, dict) or list(stored.shape) != record.get("shape"):
                 raise FactorizationFileError(
-                    f"{path}: array {name!r} has shape {list(array.shape)}, metadata says {record.get('shape') if isinstance(record, dict) else record}"
+                    f"{path}: array {name!r} has shape {list(stored.shape)}, metadata says {record.get('shape') if isinstance(record, dict) else record}"
                 )
-            if str(array.dtype) != record.get("dtype"):
+            if str(stored.dtype) != record.get("dtype"):
                 raise FactorizationFileError(
-                    f"{path}: array {name!r} has dtype {array.dtype}, metadata says {record.get('dtype')}"
+                    f"{path}: array {name!r} has dtype {stored.dtype}, metadata says {record.get('dtype')}"
                 )
-            if array_sha256(array) != record.get("sha256"):
+            if array_sha256(stored) != record.get("sha256"):
                 raise FactorizationFileError(f"{path}: array {name!r} does not match its recorded sha256")
         for name in contents:
             if name not in records:
@@ -256,3 +279,53 @@ class Factorization:
                 f"metadata says n={metadata.get('n')}, inner size={metadata.get('inner_size')}"
             )
         return factorization
+
+    @classmethod
+    def _from_published(
+        cls,
+        path: Path,
+        *,
+        array: str | None,
+        decoder: str | os.PathLike | None,
+        decoder_array: str | None,
+        integer_grid_bits: int | None,
+    ) -> Factorization:
+        encoder = read_matrix(path, array=array, integer_grid_bits=integer_grid_bits, what="encoder")
+        R = encoder.values
+        source: dict = {"encoder": encoder.source}
+        if decoder is None:
+            if decoder_array is not None:
+                raise InvalidInputError("--decoder-array names an array of the --decoder file; give --decoder too")
+            if R.shape[0] != R.shape[1]:
+                raise InvalidInputError(
+                    f"{path}: an encoder alone must be square (L = T_k·R⁻¹), got shape {R.shape}; give the decoder with --decoder"
+                )
+            if R.shape[0] < 2:
+                raise InvalidInputError(f"{path}: the encoder is 1×1; a base factorization needs k ≥ 2")
+            try:
+                with np.errstate(all="ignore"):
+                    factorization = cls.from_encoder(R, metadata={"source": source})
+            except (np.linalg.LinAlgError, ValueError) as error:
+                raise InvalidInputError(f"{path}: the encoder is singular ({error})") from None
+        else:
+            published = read_matrix(decoder, array=decoder_array, integer_grid_bits=integer_grid_bits, what="decoder")
+            source["decoder"] = published.source
+            try:
+                factorization = cls(decoder=published.values, encoder=R, metadata={"source": source})
+            except InvalidInputError as error:
+                raise InvalidInputError(f"{path} with decoder {decoder}: {error}") from None
+        if not np.all(np.isfinite(factorization.dense()[0])):
+            raise InvalidInputError(f"{path}: the encoder is singular (T_k·R⁻¹ is not finite)")
+        return factorization
+
+
+def _is_library_file(path: Path) -> bool:
+    """True for a zip archive with a ``metadata`` member: this library's format (checked in full by
+    ``load``); published .npz archives hold other names."""
+    if not zipfile.is_zipfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "metadata.npy" in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return True  # let the library loader name the damage

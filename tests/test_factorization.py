@@ -66,8 +66,14 @@ def test_missing_and_non_npz_files(tmp_path):
 
 def test_missing_arrays_and_bad_metadata(tmp_path):
     path = tmp_path / "f.npz"
-    np.savez(path, encoder=np.eye(3))
-    with pytest.raises(FactorizationFileError, match="missing array 'metadata'"):
+    np.savez(path, encoder=np.eye(3))  # no metadata: a published archive, read as its one array
+    published = Factorization.load(path)
+    assert np.array_equal(published.encoder, np.eye(3)) and published.metadata["source"]["encoder"]["array"] == "encoder"
+    np.savez(path, encoder=np.eye(3), other=np.eye(2))
+    with pytest.raises(InvalidInputError, match="choose one with --array"):
+        Factorization.load(path)
+    _write_raw(path, {"decoder": np.eye(3)}, {"format": "pure_dp_mf.factorization/1"})
+    with pytest.raises(FactorizationFileError, match="missing array 'encoder'"):
         Factorization.load(path)
     np.savez(path, encoder=np.eye(3), metadata=np.frombuffer(b"{not json", dtype=np.uint8))
     with pytest.raises(FactorizationFileError, match="not valid JSON"):

@@ -1,8 +1,8 @@
 """The ``pure-dp-mf`` command. Every module in this package registers its commands on ``app``.
 
 ``main`` turns a ``PureDPMFError`` (bad input, bad file) or a usage error (unknown flag, a value
-that does not parse) into one line ``error: …`` on stderr and exit code 2, and Ctrl-C into one
-line and exit code 130.
+that does not parse) into one line ``error: …`` on stderr and exit code 2 (1 for a check that
+fails: a certificate claim that does not hold), and Ctrl-C into one line and exit code 130.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def main() -> None:
         code = app(standalone_mode=False)  # usage errors come back as exceptions, not a box
     except PureDPMFError as error:
         _say(f"error: {error}")
-        sys.exit(2)
+        sys.exit(error.exit_code)
     except typer.TyperException as error:  # unknown flag, a value that does not parse, …
         context = getattr(error, "ctx", None)
         where = f" (see {context.command_path} --help)" if context is not None else ""

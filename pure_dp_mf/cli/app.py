@@ -26,6 +26,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+# How to read matrices as published (Factorization.load); shared by info, certify and lift.
+ARRAY_OPTION = typer.Option(None, "--array", help="the array to read from an .npz archive holding several")
+DECODER_OPTION = typer.Option(
+    None, "--decoder", help="a published decoder L̃ (.npy, .npz, text): the bound on L = T_k·R⁻¹ is taken through it"
+)
+DECODER_ARRAY_OPTION = typer.Option(None, "--decoder-array", help="the array to read from the --decoder archive")
+INTEGER_GRID_OPTION = typer.Option(None, "--integer-grid-bits", help="for integer matrices: the entry m stands for m·2^-G")
+
 # Piped output (files, CI logs) gets wide tables rather than names cut to fit 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 error_console = Console(stderr=True)

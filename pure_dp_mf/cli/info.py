@@ -6,18 +6,32 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf.cli.app import app, print_json, print_table
+from pure_dp_mf.cli.app import (
+    ARRAY_OPTION,
+    DECODER_ARRAY_OPTION,
+    DECODER_OPTION,
+    INTEGER_GRID_OPTION,
+    app,
+    print_json,
+    print_table,
+)
 from pure_dp_mf.factorization import Factorization
 
 
 @app.command()
 def info(
-    file: Path = typer.Argument(..., help="factorization file (.npz)"),
+    file: Path = typer.Argument(..., help="factorization file (.npz), or a published encoder (.npy, .npz, text, CSV)"),
     epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE"),
+    array: str | None = ARRAY_OPTION,
+    decoder: Path | None = DECODER_OPTION,
+    decoder_array: str | None = DECODER_ARRAY_OPTION,
+    integer_grid_bits: int | None = INTEGER_GRID_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Print size, inner size, metric, residual, norms, c₂, c_F, MaxSE, MeanSE and leading constants."""
-    factorization = Factorization.load(file)
+    factorization = Factorization.load(
+        file, array=array, decoder=decoder, decoder_array=decoder_array, integer_grid_bits=integer_grid_bits
+    )
     residual = factorization.validate()
     record = {"file": str(file), "metric": factorization.metric, "residual": residual}
     record.update(factorization.costs(epsilon=epsilon).as_dict())

@@ -8,14 +8,16 @@ import typer
 
 from pure_dp_mf import lift as lifting
 from pure_dp_mf.atomic import check_writable_file
-from pure_dp_mf.cli.app import app, console, print_json, print_table
+from pure_dp_mf.cli.app import ARRAY_OPTION, INTEGER_GRID_OPTION, app, console, print_json, print_table
 from pure_dp_mf.factorization import Factorization, file_sha256
 from pure_dp_mf.reports import plot_lift_against_trees
 
 
 @app.command()
 def lift(
-    base: Path = typer.Argument(..., help="base factorization file of T_k (.npz)"),
+    base: Path = typer.Argument(
+        ..., help="base factorization file of T_k (.npz), or a published square encoder (.npy, .npz, text)"
+    ),
     n: int = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)"),
     metric: str | None = typer.Option(
         None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse"
@@ -29,13 +31,15 @@ def lift(
         None, "--plot", help="write a PNG of the lifted leading constant against n, with the tree baselines"
     ),
     plot_max_n: int = typer.Option(2**60, "--plot-max-n", help="largest n on the plot"),
+    array: str | None = ARRAY_OPTION,
+    integer_grid_bits: int | None = INTEGER_GRID_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
 ) -> None:
     """Lift BASE to n by the diamond-alpha construction and print levels, α's, MaxSE, MeanSE, leading constants."""
     for flag, target in (("--out", out), ("--plot", plot)):
         if target is not None:
             check_writable_file(target, name=flag)  # before any work
-    factorization = Factorization.load(base)
+    factorization = Factorization.load(base, array=array, integer_grid_bits=integer_grid_bits)
     metric = metric or factorization.metric or "maxse"
     plan = lifting.lift_plan(base=factorization, n=n, metric=metric, epsilon=epsilon, alpha_rule=alpha_rule)
     record = {"base": str(base), "base_sha256": file_sha256(base), **plan.as_dict()}
