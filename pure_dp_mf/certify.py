@@ -346,10 +346,8 @@ def _certifier_decoder_bound(P: np.ndarray, M: np.ndarray, *, g: int, metric: st
     minus the next one: one integer product of small entries, no residual matrix formed.
     """
     scale = 1 << (2 * g)
-    Q = P.copy()
-    Q[:, :-1] -= P[:, 1:]  # P·T_k⁻¹
     M_exact = exact.integer_matrix(M)
-    G = exact.subtract_scaled_identity(M_exact * exact.integer_matrix(Q), scale)  # G·2^2g
+    G = exact.series_residual(P, M_exact, shift=2 * g)  # G·2^2g
     G_rows = exact.rows_of(G)
     if metric == "maxse":
         rho = gmpy2.mpq(max(exact.row_abs_sums(G_rows)), scale)

@@ -134,11 +134,9 @@ def proven_ranges(
         h = grid_bits
         M = exact.grid_integers(decoder_from_encoder(R_rounded), grid_bits=h, nearest=True, name="the float decoder")
     shift = grid_bits + h
-    Q = np.asarray(P).copy()
-    Q[:, :-1] -= np.asarray(P)[:, 1:]  # P·T_k⁻¹: each column minus the next
     with exact.flint_threads():
         M_exact = exact.integer_matrix(M)
-        G = exact.subtract_scaled_identity(M_exact * exact.integer_matrix(Q), 1 << shift)  # G·2^(g+h)
+        G = exact.series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
         G_rows = exact.rows_of(G)
         if metric == "maxse":
             rho = _q(gmpy2.mpq(max(exact.row_abs_sums(G_rows)), gmpy2.mpz(2) ** shift))

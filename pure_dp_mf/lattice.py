@@ -138,11 +138,9 @@ class ExactDecoder:
         decoder, _ = exact.round_to_grid(approximate, grid_bits=h)
         M = exact.grid_integers(decoder, grid_bits=h)
         shift = grid_bits + h
-        Q = np.asarray(P).copy()
-        Q[:, :-1] -= np.asarray(P)[:, 1:]  # P·T_k⁻¹: each column minus the next
         with exact.flint_threads():
             M_exact = exact.integer_matrix(M)
-            G = exact.subtract_scaled_identity(M_exact * exact.integer_matrix(Q), 1 << shift)  # G·2^(g+h)
+            G = exact.series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
             rho = gmpy2.mpq(max(exact.row_abs_sums(exact.rows_of(G))), gmpy2.mpz(2) ** shift)
             if rho >= 1:
                 raise InvalidInputError(
