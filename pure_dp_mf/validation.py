@@ -38,8 +38,12 @@ def check_positive(value: object, *, name: str) -> float:
 def check_epsilon(value: object, *, name: str = "epsilon") -> float:
     """A privacy parameter ε: positive, finite, and with 1/ε² finite (errors scale as 1/ε²)."""
     epsilon = check_positive(value, name=name)
-    if epsilon**2 == 0 or not np.isfinite(1 / epsilon**2) or not np.isfinite(epsilon**2):
-        raise InvalidInputError(f"{name} = {value!r} is out of range: the errors, which scale as 1/{name}², overflow float64")
+    square = epsilon * epsilon  # a float product: inf or 0 on overflow or underflow, never an exception
+    if square == 0 or not np.isfinite(square) or not np.isfinite(1 / square) or 1 / square == 0:
+        direction = "overflow" if epsilon < 1 else "underflow to 0"
+        raise InvalidInputError(
+            f"{name} = {value!r} is out of range: the errors, which scale as 1/{name}², {direction} in float64"
+        )
     return epsilon
 
 
