@@ -38,7 +38,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -674,29 +674,51 @@ def format_release(released) -> str:
     return str(released) if isinstance(released, int) else " ".join(str(int(v)) for v in released)
 
 
-def open_release_log(path: Path, *, counter: ContinualCounter, resumed: bool) -> IO[str]:
+def open_release_log(
+    path: Path,
+    *,
+    counter: ContinualCounter,
+    resumed: bool,
+    render: Callable[[int, list], str] | None = None,
+    header: str | None = None,
+) -> IO[str]:
     """Open the release log ``path`` for appending so that it holds exactly the released steps, one
     line each, across restarts (the exactly-once output of ``pure-dp-mf count --output``): after a kill
     the state may be up to one commit ahead of the file (released, not yet written): those steps'
-    values, kept in the state (``last_block``), are written again (the same values, no new noise)."""
+    values, kept in the state (``last_block``), are written again (the same values, no new noise).
+
+    ``render(first_step, rows)`` formats released rows (d values each) starting at the 0-based step
+    ``first_step`` (default: ``format_release`` lines); ``header``, if given, is the file's first
+    line (written when the file is created, not counted as a step)."""
+    render = render or _render_plain
+    header_lines = 0 if header is None else 1
     if not resumed:
         if path.exists() and path.stat().st_size > 0:
             raise InvalidInputError(f"{path} already exists and is not empty; the counter would append to it")
-        return open(path, "w", encoding="utf-8")
+        stream = open(path, "w", encoding="utf-8")
+        if header is not None:
+            stream.write(header + "\n")
+        return stream
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     complete = text[: text.rfind("\n") + 1]
-    lines = complete.count("\n")
+    lines = max(complete.count("\n") - header_lines, 0)
     missing = counter.released - lines
     if not 0 <= missing <= len(counter.last_block):
         raise InvalidInputError(f"{path} has {lines} lines but the state has released {counter.released} steps")
     stream = open(path, "a", encoding="utf-8")
     if len(complete) != len(text):  # a partial last line
         stream.truncate(len(complete.encode("utf-8")))
+    if header is not None and not complete:
+        stream.write(header + "\n")
     if missing:
         block = counter.last_block[len(counter.last_block) - missing :]
-        stream.write("".join(format_release(row[0] if counter.dimension == 1 else row) + "\n" for row in block))
+        stream.write(render(counter.released - missing, block))
         stream.flush()
     return stream
+
+
+def _render_plain(first_step: int, rows: list) -> str:
+    return "".join(format_release(row[0] if len(row) == 1 else row) + "\n" for row in rows)
 
 
 _CLAIMED: dict[bytes, str] = {}  # sha256 of each secure generator key feeding a counter here → its lineage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import sys
@@ -14,6 +15,7 @@ import numpy as np
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
+from pure_dp_mf.error_bars import ErrorBarModel
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.resources import certificate_file, largest_base_file
@@ -106,6 +108,14 @@ def count(
     output: Path = typer.Option(
         None, "--output", help="append the counts to this file (exactly once across restarts with --state)"
     ),
+    output_format: str = typer.Option(
+        "plain",
+        "--format",
+        help="plain (one count per line), csv or jsonl (step, count, std, lower, upper: a guaranteed 1 − β interval)",
+    ),
+    beta: float = typer.Option(
+        0.05, "--beta", help="with csv/jsonl: each interval holds the true count with probability ≥ 1 − β"
+    ),
     commit_every: int = typer.Option(
         4096,
         "--commit-every",
@@ -114,6 +124,12 @@ def count(
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3)."""
     check_size(commit_every, name="--commit-every", maximum=MAX_BLOCK)
+    if output_format not in FORMATS:
+        raise InvalidInputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    if output_format != "plain" and dimension != 1:
+        raise InvalidInputError("--format csv and jsonl are for --dimension 1 (one running count per line)")
+    if not 0 < beta < 1:
+        raise InvalidInputError(f"--beta must be in (0, 1), got {beta!r}")
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
     resumed = state is not None and state.exists()
     if resumed:
@@ -135,7 +151,14 @@ def count(
         )
     if counter.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
-    sink = open_release_log(output, counter=counter, resumed=resumed) if output is not None else sys.stdout
+    render = _renderer(counter, output_format=output_format, beta=beta)
+    header = CSV_HEADER if output_format == "csv" else None
+    if output is not None:
+        sink = open_release_log(output, counter=counter, resumed=resumed, render=render, header=header)
+    else:
+        sink = sys.stdout
+        if header is not None and not resumed:
+            sink.write(header + "\n")
     if state is not None and not resumed:
         counter.save_state(state)
     source = open(input_file, "rb") if input_file is not None else _standard_input()
@@ -151,9 +174,9 @@ def count(
                 problem = InvalidInputError(f"line {line(used + allowed)}: more steps than the horizon {horizon}")
                 steps = steps[:allowed]
             if len(steps):  # the valid lines before a bad one are released, as one line at a time would
+                first = counter.released
                 released = counter.counts(steps)
-                text = "\n".join(map(str, released.tolist())) if dimension == 1 else "\n".join(map(format_release, released))
-                sink.write(text + "\n")
+                sink.write(render(first, released.reshape(len(released), -1).tolist()))
                 sink.flush()
                 if output is not None and state is not None:
                     os.fsync(sink.fileno())
@@ -166,6 +189,37 @@ def count(
             source.close()
         if output is not None:
             sink.close()
+
+
+FORMATS = ("plain", "csv", "jsonl")
+CSV_HEADER = "step,count,std,lower,upper"
+
+
+def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> Callable[[int, list], str]:
+    """render(first 0-based step, rows of released values) -> the output text of those steps."""
+    if output_format == "plain":
+        if counter.dimension == 1:
+            return lambda first, rows: "".join(f"{row[0]}\n" for row in rows)
+        return lambda first, rows: "".join(format_release(row) + "\n" for row in rows)
+    model = ErrorBarModel(counter)
+
+    def render(first: int, rows: list) -> str:
+        counts = np.array([row[0] for row in rows], dtype=np.int64)
+        bars = model.bars(first, first + len(counts), beta=beta)
+        lower, upper = bars.bounds(counts)
+        steps = np.arange(first + 1, first + 1 + len(counts))
+        lower, upper = np.maximum(lower, 0), np.minimum(upper, steps)  # a count of t steps of 0/1 lies in [0, t]
+        records = zip(
+            range(first + 1, first + 1 + len(counts)), counts.tolist(), bars.std.tolist(), lower.tolist(), upper.tolist()
+        )
+        if output_format == "csv":
+            return "".join(f"{step},{count},{std:.6g},{low},{high}\n" for step, count, std, low, high in records)
+        return "".join(
+            json.dumps({"step": step, "count": count, "std": float(f"{std:.6g}"), "lower": low, "upper": high}) + "\n"
+            for step, count, std, low, high in records
+        )
+
+    return render
 
 
 def _standard_input() -> IO[bytes]:

@@ -1,0 +1,117 @@
+"""Error bars: the per-step standard deviation against the empirical one, the guaranteed
+interval's coverage on many seeded runs, and count --format csv/jsonl (also across a crash)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from pure_dp_mf.error_bars import ErrorBarModel, dlap_variance
+from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.resources import BASE_FOLDER
+from pure_dp_mf.stream import ContinualCounter
+
+BASE = BASE_FOLDER / "k008_maxse.npz"
+
+
+def test_std_matches_the_empirical_spread_and_the_interval_covers():
+    n, runs, beta = 120, 150, 0.2
+    x = (np.random.default_rng(0).random(n) < 0.5).astype(int)
+    noise = []
+    for seed in range(runs):
+        counter = ContinualCounter(base=BASE, epsilon=0.7, horizon=n, rng=NoiseGenerator.from_seed(seed))
+        noise.append(counter.counts(x) - np.cumsum(x))
+    noise = np.array(noise)
+    bars = ErrorBarModel(counter).bars(0, n, beta=beta)
+    ratio = noise.std(axis=0) / bars.std
+    assert 0.93 < np.median(ratio) < 1.07 and ratio.min() > 0.7 and ratio.max() < 1.35
+    # per step, the interval misses with probability ≤ β: with 150 runs, allow sampling slack only
+    misses = (np.abs(noise) > bars.half_width).mean(axis=0)
+    assert misses.max() <= beta + 3 * np.sqrt(beta * (1 - beta) / runs)
+    assert misses.mean() <= beta
+    # the guarantee costs width, but not absurdly: a few standard deviations
+    assert np.all(bars.half_width > 1.2 * bars.std) and np.all(bars.half_width < 6 * bars.std)
+
+
+def test_dlap_variance_is_the_exact_series():
+    from fractions import Fraction
+
+    rate = Fraction(3, 7)
+    q = np.exp(-3 / 7)
+    ys = np.arange(-400, 401)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(ys)
+    assert dlap_variance(rate) == pytest.approx(float((pmf * ys**2).sum()), rel=1e-12)
+
+
+def test_count_csv_and_jsonl_carry_std_and_bounds(tmp_path):
+    values = [1, 0, 1, 1, 0, 1, 0, 0, 1, 1] * 3
+    text = "".join(f"{v}\n" for v in values)
+    arguments = ["count", "--epsilon", "1", "--horizon", "30", "--base", str(BASE), "--seed", "5"]
+    plain = run_cli(*arguments, input_text=text)
+    table = run_cli(*arguments, "--format", "csv", "--beta", "0.1", input_text=text)
+    lines = run_cli(*arguments, "--format", "jsonl", "--beta", "0.1", input_text=text)
+    assert plain.returncode == table.returncode == lines.returncode == 0, table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    records = [json.loads(line) for line in lines.stdout.splitlines()]
+    counts = [int(line) for line in plain.stdout.splitlines()]
+    truth = np.cumsum(values)
+    for step, (row, record) in enumerate(zip(rows, records, strict=True), start=1):
+        assert int(row["step"]) == record["step"] == step
+        assert int(row["count"]) == record["count"] == counts[step - 1]
+        assert float(row["std"]) == pytest.approx(record["std"]) and record["std"] > 0
+        assert 0 <= record["lower"] <= truth[step - 1] <= record["upper"] <= step  # this seed: covered
+
+
+def test_csv_output_file_is_completed_after_a_crash_in_its_own_format(tmp_path):
+    values = [1, 0, 1, 1, 0, 0, 1, 1, 1, 0]
+    arguments = [
+        "count",
+        str(tmp_path / "in.txt"),
+        "--epsilon",
+        "1",
+        "--horizon",
+        "10",
+        "--base",
+        str(BASE),
+        "--seed",
+        "2",
+        "--state",
+        str(tmp_path / "s.json"),
+        "--output",
+        str(tmp_path / "out.csv"),
+        "--format",
+        "csv",
+        "--commit-every",
+        "4",
+    ]
+    (tmp_path / "in.txt").write_text("".join(f"{v}\n" for v in values))
+    assert run_cli(*arguments).returncode == 0
+    whole = (tmp_path / "out.csv").read_text()
+    for path in tmp_path.glob("s.json*"):
+        path.unlink()
+    (tmp_path / "out.csv").unlink()
+    (tmp_path / "in.txt").write_text("".join(f"{v}\n" for v in values[:8]))
+    assert run_cli(*arguments).returncode == 0
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    (tmp_path / "out.csv").write_text("\n".join(lines[:-3]) + "\n7,")  # the last group lost, a partial line
+    (tmp_path / "in.txt").write_text("".join(f"{v}\n" for v in values))
+    assert run_cli(*arguments).returncode == 0
+    assert (tmp_path / "out.csv").read_text() == whole
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--format", "xml"], "--format must be one of"),
+        (["--format", "csv", "--dimension", "2"], "--dimension 1"),
+        (["--format", "csv", "--beta", "0"], "--beta must be in (0, 1)"),
+    ],
+)
+def test_bad_format_options(extra, message):
+    result = run_cli("count", "--epsilon", "1", "--horizon", "5", *extra, input_text="1\n")
+    assert result.returncode == 2 and result.stderr.strip().startswith("error:") and message in result.stderr
