@@ -115,3 +115,26 @@ def test_csv_output_file_is_completed_after_a_crash_in_its_own_format(tmp_path):
 def test_bad_format_options(extra, message):
     result = run_cli("count", "--epsilon", "1", "--horizon", "5", *extra, input_text="1\n")
     assert result.returncode == 2 and result.stderr.strip().startswith("error:") and message in result.stderr
+
+
+def test_csv_input_with_a_header_a_column_and_a_byte_order_mark(tmp_path):
+    days = [1, 0, 1, 1, 0]
+    source = tmp_path / "daily.csv"
+    source.write_bytes(
+        b"\xef\xbb\xbf" + ("day,signups\n" + "".join(f"2026-01-0{i + 1},{v}\n" for i, v in enumerate(days))).encode()
+    )
+    arguments = ["--epsilon", "1", "--horizon", "10", "--base", str(BASE), "--seed", "4"]
+    from_csv = run_cli("count", str(source), "--column", "signups", *arguments)
+    plain = run_cli("count", *arguments, input_text="".join(f"{v}\n" for v in days))
+    assert from_csv.returncode == 0, from_csv.stderr
+    assert from_csv.stdout == plain.stdout
+    headed = run_cli("count", "--header", *arguments, input_text="signups\n" + "".join(f"{v}\n" for v in days))
+    assert headed.stdout == plain.stdout
+    missing = run_cli("count", str(source), "--column", "views", *arguments)
+    assert missing.returncode == 2 and "no such column" in missing.stderr and "day, signups" in missing.stderr
+
+
+def test_a_blank_line_is_an_error_naming_it_after_the_lines_before_it():
+    result = run_cli("count", "--epsilon", "1", "--horizon", "10", "--base", str(BASE), "--seed", "4", input_text="1\n0\n\n1\n")
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: line 3: blank")
+    assert len([line for line in result.stdout.splitlines() if line.strip()]) == 2

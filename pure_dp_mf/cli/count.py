@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -23,23 +24,42 @@ from pure_dp_mf.stream import MAX_BLOCK, ContinualCounter, check_steps, format_r
 from pure_dp_mf.validation import check_size
 
 
-def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str]] | tuple[int, np.ndarray]]:
-    """The non-blank lines, in groups of at most ``largest`` that hold the complete lines available
-    without waiting (``read1``: one read of what the pipe or file has), so a live stream is
-    answered line by line and a bulk one in large groups. A group is a list of (line number, text),
-    or, for a run of lines that are each exactly "0" or "1", (first line number, int64 values)."""
-    number, pending = 0, b""
+def _batches(
+    stream: IO[bytes], *, largest: int, header: bool = False, column: str | None = None
+) -> Iterator[list[tuple[int, str]] | tuple[int, np.ndarray]]:
+    """The lines of the input, in groups of at most ``largest`` that hold the complete lines
+    available without waiting (``read1``: one read of what the pipe or file has), so a live stream
+    is answered line by line and a bulk one in large groups. A group is a list of (line number,
+    text), or, for a run of lines that are each exactly "0" or "1", (first line number, int64
+    values). A UTF-8 byte order mark is dropped; a blank line is an error naming it (every line is
+    one step). ``header``: the first line names the columns and is not a step; ``column``: take
+    that column of each CSV line (implies ``header``)."""
+    number, pending, first = 0, b"", True
+    select: int | None = None
+    header = header or column is not None
     while True:
         chunk = stream.read1(1 << 16)  # type: ignore[attr-defined]
         if not chunk:
             break
+        if first and chunk.startswith(b"\xef\xbb\xbf"):
+            chunk = chunk[3:]
+        first = False
         pending += chunk
         cut = pending.rfind(b"\n")
         if cut < 0:
             continue
         complete, pending = pending[: cut + 1], pending[cut + 1 :]
+        if header and number == 0:
+            line, complete = complete.split(b"\n", 1)
+            number = 1
+            select = _column_index(_decode(line, number=1), column)
         codes = np.frombuffer(complete, dtype=np.uint8)
-        if codes.size % 2 == 0 and np.all(codes[1::2] == 10) and np.all((codes[0::2] == 48) | (codes[0::2] == 49)):
+        if (
+            select is None
+            and codes.size % 2 == 0
+            and np.all(codes[1::2] == 10)
+            and np.all((codes[0::2] == 48) | (codes[0::2] == 49))
+        ):
             values = codes[0::2].astype(np.int64) - 48  # every line is "0" or "1": no parsing needed
             for start in range(0, len(values), largest):
                 yield number + start + 1, values[start : start + largest]
@@ -48,16 +68,43 @@ def _batches(stream: IO[bytes], *, largest: int) -> Iterator[list[tuple[int, str
         batch: list[tuple[int, str]] = []
         for line in complete.split(b"\n")[:-1]:
             number += 1
-            text = _decode(line, number=number)
-            if text:
-                batch.append((number, text))
-                if len(batch) == largest:
+            try:
+                batch.append((number, _field(_decode(line, number=number), select, number=number)))
+            except InvalidInputError:
+                if batch:  # the lines before a bad one are released first, as one at a time would
                     yield batch
-                    batch = []
+                raise
+            if len(batch) == largest:
+                yield batch
+                batch = []
         if batch:
             yield batch
     if pending.strip():
-        yield [(number + 1, _decode(pending, number=number + 1))]
+        if header and number == 0:
+            return  # a header alone: no steps
+        yield [(number + 1, _field(_decode(pending, number=number + 1), select, number=number + 1))]
+
+
+def _column_index(header: str, column: str | None) -> int | None:
+    """The position of ``column`` in a CSV header line (None: the whole line is the value)."""
+    if column is None:
+        return None
+    names = [name.strip() for name in next(csv.reader([header]))]
+    if column not in names:
+        raise InvalidInputError(f"--column {column!r}: no such column in the header line 1 ({', '.join(names)})")
+    return names.index(column)
+
+
+def _field(text: str, select: int | None, *, number: int) -> str:
+    """The step's value text: the whole line, or the selected CSV field; a blank is an error."""
+    if select is not None:
+        fields = next(csv.reader([text])) if text else []
+        if len(fields) <= select:
+            raise InvalidInputError(f"line {number}: {len(fields)} field(s), no column {select + 1}")
+        text = fields[select].strip()
+    if not text:
+        raise InvalidInputError(f"line {number}: blank; every line is one step (write 0 for a step without events)")
+    return text
 
 
 def _decode(line: bytes, *, number: int) -> str:
@@ -108,6 +155,8 @@ def count(
     output: Path = typer.Option(
         None, "--output", help="append the counts to this file (exactly once across restarts with --state)"
     ),
+    header_line: bool = typer.Option(False, "--header", help="the first input line names the columns; it is not a step"),
+    column: str = typer.Option(None, "--column", help="read this column of a CSV input with a header line"),
     output_format: str = typer.Option(
         "plain",
         "--format",
@@ -163,7 +212,7 @@ def count(
         counter.save_state(state)
     source = open(input_file, "rb") if input_file is not None else _standard_input()
     try:
-        batches = _batches(source, largest=commit_every)
+        batches = _batches(source, largest=commit_every, header=header_line, column=column)
         skip = counter.released if resumed and input_file is not None else 0  # a file restarts from its beginning
         for batch in batches:
             steps, line, problem = _prepare(batch, dimension=dimension)
