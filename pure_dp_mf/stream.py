@@ -295,40 +295,46 @@ def base_digest(base: Factorization) -> str:
 # The counter.
 
 
-def check_steps(values, *, dimension: int) -> np.ndarray:
-    """A batch of steps as an int64 (m, d) array of 0/1 with row sums ≤ 1, or a clear error."""
+def check_steps(values, *, dimension: int, max_value: int = 1) -> np.ndarray:
+    """A batch of steps as an int64 (m, d) array of integers in [0, m] (m = ``max_value``) with row
+    sums ≤ m, or a clear error."""
+    expected = "0 or 1" if max_value == 1 else f"an integer from 0 to {max_value}"
     try:
         array = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise InvalidInputError("stream values must be numbers 0 or 1") from None
+        raise InvalidInputError(f"stream values must be numbers ({expected})") from None
     if dimension == 1 and array.ndim <= 1:
         array = array.reshape(-1, 1)
     if array.ndim != 2 or array.shape[1] != dimension:
         raise InvalidInputError(f"expected steps of dimension {dimension}, got an array of shape {array.shape}")
     where = (lambda row: f" (row {row} of the batch)") if array.shape[0] > 1 else (lambda row: "")
     if np.isnan(array).any():
-        raise InvalidInputError(f"stream value is NaN{where(int(np.argwhere(np.isnan(array))[0][0]))}; expected 0 or 1")
-    bad = (array != 0) & (array != 1)
+        raise InvalidInputError(f"stream value is NaN{where(int(np.argwhere(np.isnan(array))[0][0]))}; expected {expected}")
+    bad = (array < 0) | (array > max_value) | (array != np.floor(array))
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidInputError(f"stream value {float(array[row, column]):g} is not 0 or 1{where(row)}")
-    if dimension > 1 and (array.sum(axis=1) > 1).any():
-        row = int(np.argwhere(array.sum(axis=1) > 1)[0][0])
-        raise InvalidInputError(f"a step has {int(array[row].sum())} ones{where(row)}; at most one per step is allowed")
+        raise InvalidInputError(f"stream value {float(array[row, column]):g} is not {expected}{where(row)}")
+    if dimension > 1 and (array.sum(axis=1) > max_value).any():
+        row = int(np.argwhere(array.sum(axis=1) > max_value)[0][0])
+        if max_value == 1:
+            raise InvalidInputError(f"a step has {int(array[row].sum())} ones{where(row)}; at most one per step is allowed")
+        raise InvalidInputError(
+            f"a step's values sum to {int(array[row].sum())}{where(row)}; at most {max_value} per step is allowed (ℓ1 bound)"
+        )
     return array.astype(np.int64)
 
 
 class ContinualCounter:
     """ε-DP continual counting with the lifted factorization (Arkhipov & Kalinin, Algorithm 3).
 
-    ``update(x)`` takes the next step (x ∈ {0,1}; for ``dimension`` d > 1 a vector in {0,1}^d
-    with at most one 1) and returns the released running count(s) S_t + ⌊2^-g·(L̄_p·Y)_t + ½⌋, an
+    ``update(x)`` takes the next step (x ∈ {0, …, m}, m = ``max_value``, default 1; for
+    ``dimension`` d > 1 a vector of such integers with sum ≤ m) and returns the released running count(s) S_t + ⌊2^-g·(L̄_p·Y)_t + ½⌋, an
     int (int64 array for d > 1); ``counts(xs)`` does a batch. Each of the d coordinates has its
     own noise stream (its own z).
 
     Privacy guarantee: the released sequence is exactly ε-differentially private with respect to
-    changing the value of any one step (for d > 1: replacing one step's vector by another, an
-    ℓ1 change of at most Δ_step = 2; for d = 1, Δ_step = 1), for the code as it runs, floats
+    changing the value of any one step (d = 1: by at most Δ_step = m; d > 1: replacing one step's
+    vector by another of ℓ1 norm ≤ m, an ℓ1 change of at most Δ_step = 2m), for the code as it runs, floats
     included: the noise is discrete Laplace on the lattice of the encoder (an encoder off the
     2^-32 lattice is refused), scaled to the exact ‖R_p[:, :horizon]‖₁→₁ of the lift plan, and
     each release is an exactly decided rounding of L_p·y with y = R_p·x + w (post-processing;
@@ -357,6 +363,7 @@ class ContinualCounter:
         rng: NoiseGenerator | None = None,
         metric: str | None = None,
         alphas: Sequence[float] | None = None,
+        max_value: int = 1,
         _released: int = 0,
         _prefix_sums: Sequence[int] | None = None,
         _lineage: str | None = None,
@@ -381,7 +388,8 @@ class ContinualCounter:
                 f"the lifting parameters given ({len(alphas)}) are not the lift plan's for horizon {self.horizon} "
                 f"({len(self.alphas)}): the state or the base changed"
             )
-        self.step_sensitivity = 1 if self.dimension == 1 else 2
+        self.max_value = check_size(max_value, name="max_value", minimum=1)
+        self.step_sensitivity = self.max_value if self.dimension == 1 else 2 * self.max_value
         self.sensitivity = self.plan.sensitivity_exact
         self.scale = float_upper(self.step_sensitivity * self.sensitivity / Fraction(self.epsilon))
         self.exact_decoder = exact_decoder(base)
@@ -462,7 +470,7 @@ class ContinualCounter:
 
     def counts(self, values) -> np.ndarray:
         """Release the next steps: int64 array of shape (m,) (d = 1) or (m, d)."""
-        steps = check_steps(values, dimension=self.dimension)
+        steps = check_steps(values, dimension=self.dimension, max_value=self.max_value)
         m = steps.shape[0]
         if self.released + m > self.horizon:
             raise InvalidInputError(f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)")
@@ -486,7 +494,7 @@ class ContinualCounter:
         if self.dimension > 1:
             return self.counts(np.asarray(value, dtype=object).reshape(1, -1) if np.ndim(value) == 1 else value)[0]
         t = self.released
-        if type(value) in (int, bool) and (value == 0 or value == 1) and t < self.horizon and self.state_path is None:
+        if type(value) in (int, bool) and 0 <= value <= self.max_value and t < self.horizon and self.state_path is None:
             index = t - self._buffer_start  # fast path: the arithmetic of ``counts`` on Python ints
             if not 0 <= index < len(self._buffer):
                 self._noise(t, t + 1)
@@ -524,6 +532,7 @@ class ContinualCounter:
             "epsilon": self.epsilon.hex(),
             "horizon": self.horizon,
             "dimension": self.dimension,
+            "max_value": self.max_value,
             "alphas": [alpha.hex() for alpha in self.alphas],
             "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
             "scale": self.scale.hex(),
@@ -584,6 +593,7 @@ class ContinualCounter:
         horizon: int,
         dimension: int = 1,
         rng: NoiseGenerator | None = None,
+        max_value: int = 1,
     ) -> ContinualCounter:
         """A counter on the base factorization that ``certificate`` certifies (train → certify →
         lift → count: the documented flow).
@@ -599,7 +609,14 @@ class ContinualCounter:
         """
         certificate_record = Certificate.read(certificate)
         certified_sensitivity(path=certificate)
-        counter = cls(base=certificate_record.factorization_path, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng)
+        counter = cls(
+            base=certificate_record.factorization_path,
+            epsilon=epsilon,
+            horizon=horizon,
+            dimension=dimension,
+            rng=rng,
+            max_value=max_value,
+        )
         counter.certificate = str(Path(certificate).resolve())
         return counter
 
@@ -612,12 +629,13 @@ class ContinualCounter:
         epsilon: float | None = None,
         horizon: int | None = None,
         rng: NoiseGenerator | None = None,
+        max_value: int | None = None,
     ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again. ``base`` (default: the file the state
-        names), ``epsilon``, ``horizon`` and ``rng``, when given, must match the state."""
+        names), ``epsilon``, ``horizon``, ``rng`` and ``max_value``, when given, must match the state."""
         lock = _StateLock(Path(path))  # first: a second process is refused before anything is read
         try:
-            return cls._resume_locked(path, lock=lock, base=base, epsilon=epsilon, horizon=horizon, rng=rng)
+            return cls._resume_locked(path, lock=lock, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value)
         except BaseException:
             lock.release()
             raise
@@ -632,12 +650,15 @@ class ContinualCounter:
         epsilon: float | None,
         horizon: int | None,
         rng: NoiseGenerator | None,
+        max_value: int | None = None,
     ) -> ContinualCounter:
         record = read_state(path)
         if epsilon is not None and float.fromhex(record["epsilon"]) != check_epsilon(epsilon):
             raise StateFileError(f"{path}: the state is for epsilon {float.fromhex(record['epsilon'])}, not {epsilon}")
         if horizon is not None and record["horizon"] != horizon:
             raise StateFileError(f"{path}: the state is for horizon {record['horizon']}, not {horizon}")
+        if max_value is not None and int(record.get("max_value", 1)) != max_value:
+            raise StateFileError(f"{path}: the state is for max_value {record.get('max_value', 1)}, not {max_value}")
         generator = NoiseGenerator.from_record(record["generator"])
         if rng is not None and (rng.key != generator.key or rng.seeded != generator.seeded):
             raise StateFileError(f"{path}: the state was made with another generator (seed)")
@@ -650,6 +671,7 @@ class ContinualCounter:
             epsilon=float.fromhex(record["epsilon"]),
             horizon=record["horizon"],
             dimension=record["dimension"],
+            max_value=int(record.get("max_value", 1)),
             rng=generator,
             metric=record["metric"],
             alphas=[float.fromhex(alpha) for alpha in record["alphas"]],

@@ -138,3 +138,33 @@ def test_a_blank_line_is_an_error_naming_it_after_the_lines_before_it():
     result = run_cli("count", "--epsilon", "1", "--horizon", "10", "--base", str(BASE), "--seed", "4", input_text="1\n0\n\n1\n")
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("error: line 3: blank")
     assert len([line for line in result.stdout.splitlines() if line.strip()]) == 2
+
+
+def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside(tmp_path):
+    one = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(1))
+    three = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(2), max_value=3)
+    assert three.step_sensitivity == 3 * one.step_sensitivity == 3
+    assert [3 * rate for rate in three.lattice_sources[0].rates] == one.lattice_sources[0].rates
+    std_one, std_three = (ErrorBarModel(c).bars(0, 50, beta=0.05).std for c in (one, three))
+    assert np.allclose(std_three, 3 * std_one, rtol=1e-9)
+    released = three.counts([3, 0, 2, 1])
+    assert released.dtype == np.int64 and three.prefix_sums.tolist() == [6]
+    for bad in (4, -1, 2.5):
+        with pytest.raises(Exception, match="is not an integer from 0 to 3"):
+            three.update(bad)
+    vector = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, dimension=2, rng=NoiseGenerator.from_seed(3), max_value=2)
+    assert vector.step_sensitivity == 4  # a step's vector of ℓ1 norm ≤ 2 replaced by another
+    vector.counts([[1, 1], [2, 0]])
+    with pytest.raises(Exception, match="sum to 3"):
+        vector.counts([[2, 1]])
+    result = run_cli("count", "--epsilon", "1", "--horizon", "5", "--max-value", "3", input_text="3\n7\n")
+    assert result.returncode == 2 and "line 2: stream value 7 is not an integer from 0 to 3" in result.stderr
+    state = tmp_path / "s.json"
+    assert (
+        run_cli(
+            "count", "--epsilon", "1", "--horizon", "5", "--max-value", "3", "--state", str(state), input_text="3\n"
+        ).returncode
+        == 0
+    )
+    other = run_cli("count", "--epsilon", "1", "--horizon", "5", "--max-value", "2", "--state", str(state), input_text="1\n")
+    assert other.returncode == 2 and "max_value 3, not 2" in other.stderr

@@ -124,9 +124,9 @@ def _parse(text: str, *, number: int, dimension: int) -> list[float]:
     try:
         values = [float(token) for token in tokens]
     except ValueError:
-        raise InvalidInputError(f"line {number}: {text!r} is not a number 0 or 1") from None
+        raise InvalidInputError(f"line {number}: {text!r} is not a number") from None
     if any(math.isnan(v) for v in values):
-        raise InvalidInputError(f"line {number}: NaN is not a stream value (expected 0 or 1)")
+        raise InvalidInputError(f"line {number}: NaN is not a stream value")
     return values
 
 
@@ -155,6 +155,9 @@ def count(
     output: Path = typer.Option(
         None, "--output", help="append the counts to this file (exactly once across restarts with --state)"
     ),
+    max_value: int = typer.Option(
+        1, "--max-value", help="m: each line is an integer from 0 to m (sums of bounded contributions; noise scaled to m)"
+    ),
     header_line: bool = typer.Option(False, "--header", help="the first input line names the columns; it is not a step"),
     column: str = typer.Option(None, "--column", help="read this column of a CSV input with a header line"),
     output_format: str = typer.Option(
@@ -182,14 +185,14 @@ def count(
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
     resumed = state is not None and state.exists()
     if resumed:
-        counter = ContinualCounter.resume(state, base=base, epsilon=epsilon, horizon=horizon, rng=rng)
+        counter = ContinualCounter.resume(state, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value)
         if counter.dimension != dimension:
             raise InvalidInputError(f"{state}: the state is for dimension {counter.dimension}, not {dimension}")
         error_console.print(f"resuming after step {counter.released} of {horizon}", markup=False)
     elif base is not None and certificate is not None:
         raise InvalidInputError("give --base or --certificate, not both (a certificate names its base)")
     elif base is not None:
-        counter = ContinualCounter(base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng)
+        counter = ContinualCounter(base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value)
     else:
         counter = ContinualCounter.from_certificate(
             certificate if certificate is not None else certificate_file(largest_base_file()),
@@ -197,6 +200,7 @@ def count(
             horizon=horizon,
             dimension=dimension,
             rng=rng,
+            max_value=max_value,
         )
     if counter.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
@@ -215,7 +219,7 @@ def count(
         batches = _batches(source, largest=commit_every, header=header_line, column=column)
         skip = counter.released if resumed and input_file is not None else 0  # a file restarts from its beginning
         for batch in batches:
-            steps, line, problem = _prepare(batch, dimension=dimension)
+            steps, line, problem = _prepare(batch, dimension=dimension, max_value=max_value)
             used = min(skip, len(steps))  # lines of a file already counted before the restart
             steps, skip = steps[used:], skip - used
             allowed = horizon - counter.released
@@ -257,7 +261,7 @@ def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> 
         bars = model.bars(first, first + len(counts), beta=beta)
         lower, upper = bars.bounds(counts)
         steps = np.arange(first + 1, first + 1 + len(counts))
-        lower, upper = np.maximum(lower, 0), np.minimum(upper, steps)  # a count of t steps of 0/1 lies in [0, t]
+        lower, upper = np.maximum(lower, 0), np.minimum(upper, counter.max_value * steps)  # t steps of [0, m]: in [0, m·t]
         records = zip(
             range(first + 1, first + 1 + len(counts)), counts.tolist(), bars.std.tolist(), lower.tolist(), upper.tolist()
         )
@@ -278,7 +282,7 @@ def _standard_input() -> IO[bytes]:
 
 
 def _prepare(
-    batch: list[tuple[int, str]] | tuple[int, np.ndarray], *, dimension: int
+    batch: list[tuple[int, str]] | tuple[int, np.ndarray], *, dimension: int, max_value: int = 1
 ) -> tuple[Any, Callable[[int], int], InvalidInputError | None]:
     """(the steps to release, position → line number, the error of the first bad line or None)."""
     if isinstance(batch, tuple):
@@ -286,12 +290,14 @@ def _prepare(
         if dimension == 1:
             return bits, lambda position: first + position, None
         return [], lambda position: first + position, InvalidInputError(f"line {first}: expected {dimension} value(s), got 1")
-    rows, problem = _valid_rows(batch, dimension=dimension)
+    rows, problem = _valid_rows(batch, dimension=dimension, max_value=max_value)
     steps = [row[0] for row in rows] if dimension == 1 else rows
     return steps, lambda position: batch[position][0] if position < len(batch) else batch[-1][0] + 1, problem
 
 
-def _valid_rows(batch: list[tuple[int, str]], *, dimension: int) -> tuple[list[list[float]], InvalidInputError | None]:
+def _valid_rows(
+    batch: list[tuple[int, str]], *, dimension: int, max_value: int = 1
+) -> tuple[list[list[float]], InvalidInputError | None]:
     """The parsed rows up to the first bad line, and the error naming that line (None if all are good)."""
     rows: list[list[float]] = []
     for number, text in batch:
@@ -300,7 +306,7 @@ def _valid_rows(batch: list[tuple[int, str]], *, dimension: int) -> tuple[list[l
             continue
         try:
             row = _parse(text, number=number, dimension=dimension)
-            check_steps([row], dimension=dimension)
+            check_steps([row], dimension=dimension, max_value=max_value)
         except InvalidInputError as error:
             message = str(error)
             return rows, InvalidInputError(message if message.startswith("line ") else f"line {number}: {message}")
