@@ -29,8 +29,19 @@ def compare(
         print_json({"n": n, "epsilon": epsilon, "sort_by": sort_by, "rows": [row.as_dict() for row in rows]})
     else:
         print_table(
-            f"n = {n}, ε = {epsilon:g} (constants: error·ε²/log₂(n)³)",
-            ["mechanism", "arity", "best for", "MaxSE", "MeanSE", "MaxSE const.", "MeanSE const."],
+            f"n = {n}, ε = {epsilon:g}: MaxSE = the largest per-step noise variance, MeanSE = the mean one "
+            "(counts²); std = their square roots (counts); constants = variance·ε²/log₂(n)³",
+            [
+                "mechanism",
+                "arity",
+                "best for",
+                "MaxSE (var.)",
+                "MeanSE (var.)",
+                "max std",
+                "mean std",
+                "MaxSE const.",
+                "MeanSE const.",
+            ],
             [
                 (
                     row.mechanism,
@@ -38,6 +49,8 @@ def compare(
                     ", ".join(row.best_for),
                     row.max_se,
                     row.mean_se,
+                    f"{math.sqrt(row.max_se):.4g}",
+                    f"{math.sqrt(row.mean_se):.4g}",
                     "n/a" if math.isnan(row.max_se_constant) else row.max_se_constant,
                     "n/a" if math.isnan(row.mean_se_constant) else row.mean_se_constant,
                 )
