@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 
@@ -60,7 +60,8 @@ STATE_FORMAT = "pure_dp_mf.counter_state/2"  # /2: the exact lattice release
 LEDGER_SUFFIX = ".released"
 LOCK_SUFFIX = ".lock"
 CHUNK = 1 << 15  # steps of noise computed ahead by the counter
-MAX_BLOCK = 1 << 16  # released values kept in the state for completing an output file after a crash
+MAX_BLOCK = 1 << 16
+TREE_HORIZON_LIMIT = 1024  # trees run through the counter with their dense factorization  # released values kept in the state for completing an output file after a crash
 
 
 class StateFileError(PureDPMFError):
@@ -426,6 +427,7 @@ class ContinualCounter:
         if len(self._sums) != self.dimension:
             raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
         self.last_release: list[int] | None = None
+        self.choice: Any = None  # the compare row this counter was chosen by (for_horizon), if any
         self.last_block: list[list[int]] = []  # the last commit's released values (d per step), for output files
         self.lineage = _lineage or uuid.uuid4().hex
         _claim_generator(self.rng, lineage=self.lineage)
@@ -525,6 +527,9 @@ class ContinualCounter:
                 "sha256": self.base_sha256,
                 "file": self.base_file,
                 "certificate": self.certificate,
+                "tree": None
+                if self.choice is None or self.choice.mechanism == "lifted"
+                else [self.choice.mechanism, self.choice.arity],
                 "base_size": self.base.n,
                 "inner_size": self.base.inner_size,
             },
@@ -583,6 +588,65 @@ class ContinualCounter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @classmethod
+    def for_horizon(
+        cls,
+        *,
+        epsilon: float,
+        horizon: int,
+        metric: str = "maxse",
+        mechanism: str = "auto",
+        dimension: int = 1,
+        rng: NoiseGenerator | None = None,
+        max_value: int = 1,
+    ) -> ContinualCounter:
+        """The counter of the mechanism ``compare`` ranks best for (horizon, ε, metric).
+
+        ``mechanism`` "auto" takes the best row of ``compare.comparison_rows`` (every shipped
+        lifted base and the five trees at their best arity) for ``metric``; "lifted" the best
+        lifted base only; a tree name that tree. A lifted base runs from its shipped certificate
+        (``from_certificate``); a tree runs through the counter with its exact factorization and
+        no lifting, which materialises its n×n decoder, so trees run up to horizon
+        ``TREE_HORIZON_LIMIT`` ("auto" then skips them; at every n ≥ 5 a lifted base ranks first
+        anyway). The choice is kept in ``choice`` (the ``ComparisonRow``, errors at ε for one
+        unit of sensitivity; the counter's variances are those times ``step_sensitivity``²).
+        """
+        from pure_dp_mf import compare, resources, trees
+
+        horizon = check_size(horizon, name="horizon")
+        if mechanism not in ("auto", "lifted", *trees.MECHANISMS):
+            raise InvalidInputError(
+                f"unknown mechanism {mechanism!r}; expected auto, lifted or one of {', '.join(trees.MECHANISMS)}"
+            )
+        rows = compare.comparison_rows(n=horizon, epsilon=epsilon, sort_by=metric)
+        if mechanism == "auto":
+            rows = [r for r in rows if r.mechanism == "lifted" or horizon <= TREE_HORIZON_LIMIT]
+        else:
+            rows = [r for r in rows if r.mechanism == mechanism]
+            if mechanism != "lifted" and horizon > TREE_HORIZON_LIMIT:
+                raise InvalidInputError(
+                    f"the {mechanism} tree runs with its dense factorization: horizon at most {TREE_HORIZON_LIMIT}, got {horizon}"
+                )
+        if not rows:
+            raise InvalidInputError(f"no {mechanism} mechanism is available for horizon {horizon}")
+        row = rows[0]
+        if row.mechanism == "lifted":
+            base_file = Path(str(row.base_file))
+            certificate = resources.certificate_file(base_file, folder=base_file.parent.parent / "certificates")
+            if certificate.is_file():
+                counter = cls.from_certificate(
+                    certificate, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value
+                )
+            else:
+                counter = cls(base=base_file, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value)
+        else:
+            factorization = trees.tree_factorization(mechanism=row.mechanism, n=horizon, arity=row.arity)
+            counter = cls(
+                base=factorization, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, alphas=[], max_value=max_value
+            )
+        counter.choice = row
+        return counter
 
     @classmethod
     def from_certificate(
@@ -662,6 +726,11 @@ class ContinualCounter:
         generator = NoiseGenerator.from_record(record["generator"])
         if rng is not None and (rng.key != generator.key or rng.seeded != generator.seeded):
             raise StateFileError(f"{path}: the state was made with another generator (seed)")
+        tree = record["base"].get("tree")
+        if base is None and tree:
+            from pure_dp_mf import trees
+
+            base = trees.tree_factorization(mechanism=str(tree[0]), n=record["horizon"], arity=tree[1])
         if base is None:
             if not record["base"]["file"]:
                 raise StateFileError(f"{path}: the state names no base file; pass the base")

@@ -168,3 +168,30 @@ def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside
     )
     other = run_cli("count", "--epsilon", "1", "--horizon", "5", "--max-value", "2", "--state", str(state), input_text="1\n")
     assert other.returncode == 2 and "max_value 3, not 2" in other.stderr
+
+
+@pytest.mark.parametrize("n", [1000, 5000, 1_000_000])
+def test_auto_runs_the_mechanism_compare_ranks_best_with_its_errors(n):
+    from pure_dp_mf.compare import comparison_rows
+
+    best = comparison_rows(n=n, epsilon=0.5, sort_by="maxse")[0]
+    counter = ContinualCounter.for_horizon(epsilon=0.5, horizon=n, rng=NoiseGenerator.from_seed(1))
+    assert counter.choice == best and counter.certificate is not None
+    # the counter's own MaxSE, from its lift plan and its exact sensitivity: 2·(Δ/ε)²·max_t ‖(L_p)_t‖²
+    own = 2 * (float(counter.sensitivity) / 0.5) ** 2 * counter.plan.truncated_max_row_norm_squared
+    assert own == pytest.approx(best.max_se, rel=1e-9)
+    if n == 5000:
+        assert counter.base.n == 64  # not the largest base: the horizon decides
+
+
+def test_auto_runs_a_tree_where_a_tree_wins_and_resumes_it(tmp_path):
+    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=2, rng=NoiseGenerator.from_seed(1))
+    assert counter.choice.mechanism != "lifted" and counter.base_file is None
+    state = tmp_path / "s.json"
+    first = run_cli("count", "--epsilon", "1", "--horizon", "2", "--seed", "3", "--state", str(state), input_text="1\n")
+    assert first.returncode == 0 and "mechanism: kary tree" in first.stderr, first.stderr
+    second = run_cli("count", "--epsilon", "1", "--horizon", "2", "--seed", "3", "--state", str(state), input_text="0\n")
+    whole = run_cli("count", "--epsilon", "1", "--horizon", "2", "--seed", "3", input_text="1\n0\n")
+    assert second.returncode == 0 and first.stdout.split() + second.stdout.split() == whole.stdout.split()
+    refused = run_cli("count", "--epsilon", "1", "--horizon", "5000", "--mechanism", "binary", input_text="1\n")
+    assert refused.returncode == 2 and "horizon at most 1024" in refused.stderr

@@ -19,7 +19,6 @@ from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.error_bars import ErrorBarModel
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.resources import certificate_file, largest_base_file
 from pure_dp_mf.stream import MAX_BLOCK, ContinualCounter, check_steps, format_release, open_release_log
 from pure_dp_mf.validation import check_size
 
@@ -155,6 +154,12 @@ def count(
     output: Path = typer.Option(
         None, "--output", help="append the counts to this file (exactly once across restarts with --state)"
     ),
+    mechanism: str = typer.Option(
+        "auto",
+        "--mechanism",
+        help="auto (the best that compare ranks for the horizon, ε and --metric), lifted, or a tree: binary, kary, …",
+    ),
+    metric: str = typer.Option("maxse", "--metric", help="what auto minimises: maxse (the worst step) or meanse (the average)"),
     max_value: int = typer.Option(
         1, "--max-value", help="m: each line is an integer from 0 to m (sums of bounded contributions; noise scaled to m)"
     ),
@@ -191,17 +196,25 @@ def count(
         error_console.print(f"resuming after step {counter.released} of {horizon}", markup=False)
     elif base is not None and certificate is not None:
         raise InvalidInputError("give --base or --certificate, not both (a certificate names its base)")
+    elif (base is not None or certificate is not None) and mechanism not in ("auto", "lifted"):
+        raise InvalidInputError(f"--mechanism {mechanism} is a tree; --base and --certificate choose a lifted base")
     elif base is not None:
         counter = ContinualCounter(base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value)
-    else:
+    elif certificate is not None:
         counter = ContinualCounter.from_certificate(
-            certificate if certificate is not None else certificate_file(largest_base_file()),
+            certificate, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value
+        )
+    else:
+        counter = ContinualCounter.for_horizon(
             epsilon=epsilon,
             horizon=horizon,
+            metric=metric,
+            mechanism=mechanism,
             dimension=dimension,
             rng=rng,
             max_value=max_value,
         )
+        error_console.print(_describe_choice(counter, metric=metric), markup=False, highlight=False, soft_wrap=True)
     if counter.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
     render = _renderer(counter, output_format=output_format, beta=beta)
@@ -273,6 +286,22 @@ def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> 
         )
 
     return render
+
+
+def _describe_choice(counter: ContinualCounter, *, metric: str) -> str:
+    """One stderr line: the mechanism chosen for the horizon, its expected errors and noise std."""
+    row = counter.choice
+    scale = counter.step_sensitivity**2
+    what = (
+        f"lifted base {Path(str(row.base_file)).name} ({'certified' if counter.certificate else 'no certificate'})"
+        if row.mechanism == "lifted"
+        else f"{row.mechanism} tree" + (f", arity {row.arity}" if row.arity is not None else "")
+    )
+    return (
+        f"mechanism: {what}, best for {metric} at horizon {counter.horizon}, ε = {counter.epsilon:g}: "
+        f"MaxSE {scale * row.max_se:.6g} (std ≤ {math.sqrt(scale * row.max_se):.4g}), "
+        f"MeanSE {scale * row.mean_se:.6g} (rms std {math.sqrt(scale * row.mean_se):.4g})"
+    )
 
 
 def _standard_input() -> IO[bytes]:
