@@ -284,11 +284,11 @@ def test_cli_train(tmp_path):
     assert Factorization.load(out).metadata["made_by"]["steps_done"] == 32
     assert (tmp_path / "k4.ckpt").exists()
     for bad, message in (
-        (["--base-size", "1", "--metric", "maxse"], "base_size must be at least 2"),
-        (["--base-size", "4", "--metric", "mean"], "unknown metric"),
-        (["--base-size", "4", "--metric", "maxse", "--adam-steps", "-3"], "adam_steps must be at least 0"),
-        (["--base-size", "5", "--metric", "maxse", "--resume", str(tmp_path / "k4.ckpt")], "made for base_size"),
-        (["--base-size", "4", "--metric", "maxse", "--device", "tpu"], "unknown device"),
+        (["--base-size", "1", "--metric", "maxse"], "--base-size must be at least 2"),  # flags, as typed
+        (["--base-size", "4", "--metric", "mean"], "unknown --metric"),
+        (["--base-size", "4", "--metric", "maxse", "--adam-steps", "-3"], "--adam-steps must be at least 0"),
+        (["--base-size", "5", "--metric", "maxse", "--resume", str(tmp_path / "k4.ckpt")], "made for --base-size"),
+        (["--base-size", "4", "--metric", "maxse", "--device", "tpu"], "unknown --device"),
     ):
         failed = CliRunner().invoke(app, ["train", *bad, "--out", str(tmp_path / "x.npz")])
         assert isinstance(failed.exception, InvalidInputError) and message in str(failed.exception)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
+from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.train import TrainSettings, prepare_run, train_base_factorization
 
 
@@ -79,7 +82,10 @@ def train(
         adam_precision=adam_precision,
     )
     checkpoint = checkpoint if checkpoint is not None else out.with_suffix(".ckpt")
-    prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)  # every error before any work
+    try:
+        prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)  # every error before any work
+    except InvalidInputError as error:  # the library names its arguments; say the flags as typed
+        raise InvalidInputError(_as_flags(str(error))) from None
     columns = (
         TextColumn(f"k={base_size} {metric}"),
         BarColumn(),
@@ -117,3 +123,9 @@ def train(
     if result.interrupted:
         console.print(f"interrupted: best factorization saved to {out}; continue with --resume {checkpoint}")
         raise typer.Exit(130)
+
+
+def _as_flags(message: str) -> str:
+    """``message`` with every TrainSettings field name (base_size, …) written as its flag (--base-size)."""
+    names = sorted((f.name for f in fields(TrainSettings)), key=len, reverse=True)
+    return re.sub(r"\b(" + "|".join(names) + r")\b", lambda match: "--" + match.group(1).replace("_", "-"), message)
