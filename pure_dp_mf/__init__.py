@@ -6,3 +6,15 @@ and the released prefix sums are L·(R·x + z) = T_n·x + L·z.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["Counter", "__version__"]
+
+
+def __getattr__(name: str):
+    """``pure_dp_mf.Counter`` (``counter.py``), imported on first use so that ``import pure_dp_mf``
+    stays light."""
+    if name == "Counter":
+        from pure_dp_mf.counter import Counter
+
+        return Counter
+    raise AttributeError(f"module 'pure_dp_mf' has no attribute {name!r}")

@@ -49,10 +49,15 @@ class ErrorBars:
     half_width: np.ndarray
     beta: float
 
-    def bounds(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper): the integers of [count − h_t, count + h_t]."""
+    def bounds(self, counts: np.ndarray, *, first_step: int, max_value: int) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper): the integers of [count − h_t, count + h_t] ∩ [0, m·t] for the releases
+        of the 1-based steps t = first_step + 1, …: a sum of t values in [0, m] lies in [0, m·t],
+        a public fact, so the cut is post-processing and keeps the guarantee."""
         counts = np.asarray(counts, dtype=np.float64)
-        return np.ceil(counts - self.half_width).astype(np.int64), np.floor(counts + self.half_width).astype(np.int64)
+        steps = np.arange(first_step + 1, first_step + 1 + len(counts))
+        lower = np.maximum(np.ceil(counts - self.half_width).astype(np.int64), 0)
+        upper = np.minimum(np.floor(counts + self.half_width).astype(np.int64), max_value * steps)
+        return lower, upper
 
 
 def dlap_variance(rate: Fraction) -> float:

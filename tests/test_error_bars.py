@@ -195,3 +195,25 @@ def test_auto_runs_a_tree_where_a_tree_wins_and_resumes_it(tmp_path):
     assert second.returncode == 0 and first.stdout.split() + second.stdout.split() == whole.stdout.split()
     refused = run_cli("count", "--epsilon", "1", "--horizon", "5000", "--mechanism", "binary", input_text="1\n")
     assert refused.returncode == 2 and "horizon at most 1024" in refused.stderr
+
+
+def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
+    from pure_dp_mf import Counter
+
+    values = [3, 0, 2, 1, 0, 3, 3, 1]
+    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6)) as whole:
+        expected = whole.extend(values)
+    assert [r.step for r in expected] == list(range(1, 9)) and whole.released == 8
+    assert whole.mechanism.startswith("lifted base k128_")  # compare's best for n = 100
+    truth = np.cumsum(values)
+    for release, true in zip(expected, truth, strict=True):
+        assert release.std > 0 and release.lower <= release.upper and 0 <= release.lower and release.upper <= 3 * release.step
+        assert release.lower <= true <= release.upper  # this seed
+    state = tmp_path / "c.json"
+    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as first:
+        part = [first.update(v) for v in values[:5]]
+    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as again:
+        rest = again.extend(values[5:])
+    assert part + rest == expected
+    with pytest.raises(Exception, match="beta"):
+        Counter(epsilon=1.0, horizon=10, beta=1.5)

@@ -272,9 +272,7 @@ def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> 
     def render(first: int, rows: list) -> str:
         counts = np.array([row[0] for row in rows], dtype=np.int64)
         bars = model.bars(first, first + len(counts), beta=beta)
-        lower, upper = bars.bounds(counts)
-        steps = np.arange(first + 1, first + 1 + len(counts))
-        lower, upper = np.maximum(lower, 0), np.minimum(upper, counter.max_value * steps)  # t steps of [0, m]: in [0, m·t]
+        lower, upper = bars.bounds(counts, first_step=first, max_value=counter.max_value)
         records = zip(
             range(first + 1, first + 1 + len(counts)), counts.tolist(), bars.std.tolist(), lower.tolist(), upper.tolist()
         )
