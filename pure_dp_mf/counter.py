@@ -49,6 +49,9 @@ class Counter:
         metric: what "auto" minimises: "maxse" (the worst step) or "meanse" (the average).
         max_value: m; each step's value is an integer in [0, m] (the noise is scaled to m).
         beta: each interval misses the true count with probability ≤ β.
+        monotone: post-process the counts to be non-negative and non-decreasing (an isotonic fit
+            of what was released, never changing a past output; no privacy cost:
+            ``postprocess.py``). The interval stays that of the unprocessed release.
         state: a state file: created, or resumed when it exists (crash-safe, never re-releases).
         rng: a noise generator; default a cryptographically secure one. A seeded generator
             (``NoiseGenerator.from_seed``) is for tests and research only: it is not private.
@@ -66,6 +69,7 @@ class Counter:
         metric: str = "maxse",
         max_value: int = 1,
         beta: float = 0.05,
+        monotone: bool = False,
         state: str | os.PathLike | None = None,
         rng: NoiseGenerator | None = None,
     ) -> None:
@@ -73,10 +77,18 @@ class Counter:
             raise InvalidInputError(f"beta must be in (0, 1), got {beta!r}")
         self.beta = beta
         if state is not None and Path(state).exists():
-            self._counter = ContinualCounter.resume(state, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value)
+            self._counter = ContinualCounter.resume(
+                state, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value, monotone=monotone
+            )
         else:
             self._counter = ContinualCounter.for_horizon(
-                epsilon=epsilon, horizon=horizon, metric=metric, mechanism=mechanism, rng=rng, max_value=max_value
+                epsilon=epsilon,
+                horizon=horizon,
+                metric=metric,
+                mechanism=mechanism,
+                rng=rng,
+                max_value=max_value,
+                monotone=monotone,
             )
             if state is not None:
                 self._counter.save_state(state)
@@ -84,13 +96,13 @@ class Counter:
 
     @property
     def mechanism(self) -> str:
-        """What runs: "lifted base kKKK_metric.npz" or "TREE tree" ("resumed: …" after a resume)."""
-        choice = self._counter.choice
-        if choice is None:
-            return f"resumed: {Path(self._counter.base_file).name if self._counter.base_file else 'tree'}"
-        if choice.mechanism == "lifted":
-            return f"lifted base {Path(str(choice.base_file)).name}"
-        return f"{choice.mechanism} tree" + (f", arity {choice.arity}" if choice.arity is not None else "")
+        """What runs: "lifted base kKKK_metric.npz" or "TREE tree, arity a"."""
+        return str(self._counter.summary()["mechanism"])
+
+    @property
+    def summary(self) -> dict:
+        """What runs, with ε, horizon, m, the noise's sensitivity and the expected MaxSE/MeanSE."""
+        return self._counter.summary()
 
     @property
     def released(self) -> int:
@@ -102,8 +114,9 @@ class Counter:
         values = list(values)
         first = self._counter.released
         counts = self._counter.counts(values) if values else np.zeros(0, dtype=np.int64)
+        centres = self._counter.last_raw if self._counter.monotone and values else counts
         bars = self._bars.bars(first, first + len(counts), beta=self.beta)
-        lower, upper = bars.bounds(counts, first_step=first, max_value=self._counter.max_value)
+        lower, upper = bars.bounds(centres, first_step=first, max_value=self._counter.max_value)
         steps = np.arange(first + 1, first + 1 + len(counts))
         return [
             Release(step=int(t), count=int(c), std=float(s), lower=int(lo), upper=int(hi))

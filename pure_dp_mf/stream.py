@@ -54,6 +54,7 @@ from pure_dp_mf.factorization import Factorization, array_sha256
 from pure_dp_mf.lattice import ExactDecoder, ExactRelease, LatticeSource
 from pure_dp_mf.lift import lift_plan, lifted_size
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
+from pure_dp_mf.postprocess import MonotoneFit
 from pure_dp_mf.validation import check_epsilon, check_size
 
 STATE_FORMAT = "pure_dp_mf.counter_state/2"  # /2: the exact lattice release
@@ -365,6 +366,7 @@ class ContinualCounter:
         metric: str | None = None,
         alphas: Sequence[float] | None = None,
         max_value: int = 1,
+        monotone: bool = False,
         _released: int = 0,
         _prefix_sums: Sequence[int] | None = None,
         _lineage: str | None = None,
@@ -427,6 +429,12 @@ class ContinualCounter:
         if len(self._sums) != self.dimension:
             raise InvalidInputError(f"{len(self._sums)} prefix sums for dimension {self.dimension}")
         self.last_release: list[int] | None = None
+        if monotone and self.dimension != 1:
+            raise InvalidInputError("monotone post-processing is for dimension 1 (one running count)")
+        self.monotone = bool(monotone)
+        self._fit: MonotoneFit | None = MonotoneFit() if monotone else None
+        self.last_raw: np.ndarray = np.zeros(0, dtype=np.int64)  # with monotone: the last call's unprocessed releases
+        self._expected: dict | None = None  # a resumed counter's expected errors, from its state
         self.choice: Any = None  # the compare row this counter was chosen by (for_horizon), if any
         self.last_block: list[list[int]] = []  # the last commit's released values (d per step), for output files
         self.lineage = _lineage or uuid.uuid4().hex
@@ -435,6 +443,41 @@ class ContinualCounter:
         self._lock: _StateLock | None = None
         self._buffer_start, self._buffer = 0, np.zeros((0, self.dimension), dtype=np.int64)
         self._buffer_list: list[int] | None = None
+
+    def summary(self) -> dict:
+        """What runs, for headers and logs: the mechanism, ε, horizon, m, the exact sensitivity
+        Δ_step·‖R_p[:, :horizon]‖₁→₁ of the noise, and (when the counter was chosen by
+        ``for_horizon``, also after a resume) the expected MaxSE and MeanSE of the releases."""
+        expected = self._expected
+        if self.choice is not None:
+            row, scale = self.choice, self.step_sensitivity**2
+            what = (
+                f"lifted base {Path(str(row.base_file)).name}"
+                if row.mechanism == "lifted"
+                else f"{row.mechanism} tree" + (f", arity {row.arity}" if row.arity is not None else "")
+            )
+            expected = {"mechanism": what, "max_se": scale * row.max_se, "mean_se": scale * row.mean_se}
+        mechanism = (
+            expected["mechanism"]
+            if expected
+            else f"lifted base {Path(self.base_file).name}"
+            if self.base_file
+            else f"base factorization of T_{self.base.n}"
+        )
+        summary: dict[str, Any] = {
+            "mechanism": mechanism,
+            "certificate": Path(self.certificate).name if self.certificate else None,
+            "epsilon": self.epsilon,
+            "horizon": self.horizon,
+            "max_value": self.max_value,
+            "dimension": self.dimension,
+            "sensitivity": float(self.step_sensitivity * self.sensitivity),
+            "monotone": self.monotone,
+            "seeded": self.seeded,
+        }
+        if expected:
+            summary["expected"] = expected
+        return summary
 
     @property
     def seeded(self) -> bool:
@@ -480,15 +523,23 @@ class ContinualCounter:
             return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
         sums = np.array(self._sums, dtype=np.int64) + np.cumsum(steps, axis=0)
         released = sums + self._noise(self.released, self.released + m)
+        fit, rows = self._fit, released
+        if self._fit is not None:  # post-processing (postprocess.py); rows hold (processed, unprocessed)
+            fit, shown = self._fit.extended(released[:, 0].tolist(), first_step=self.released, max_value=self.max_value)
+            rows = np.column_stack([shown, released[:, 0]])
         if self.state_path is not None:  # one durable commit for the whole call, before any release
-            block = released.tolist() if m <= MAX_BLOCK else released[-1:].tolist()
-            self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=released[-1], last_block=block)
+            block = rows.tolist() if m <= MAX_BLOCK else rows[-1:].tolist()
+            self._persist(released=self.released + m, prefix_sums=sums[-1], last_release=rows[-1], last_block=block, fit=fit)
             self.last_block = block
         else:
             self.last_block = []  # not kept without a state file (a later save_state must not store stale values)
         self.released += m
         self._sums = sums[-1].tolist()
-        self.last_release = released[-1].tolist()
+        self.last_release = rows[-1].tolist()
+        self._fit = fit
+        if self.monotone:
+            self.last_raw = released[:, 0]
+            return rows[:, 0]
         return released[:, 0] if self.dimension == 1 else released
 
     def update(self, value) -> int | np.ndarray:
@@ -496,7 +547,13 @@ class ContinualCounter:
         if self.dimension > 1:
             return self.counts(np.asarray(value, dtype=object).reshape(1, -1) if np.ndim(value) == 1 else value)[0]
         t = self.released
-        if type(value) in (int, bool) and 0 <= value <= self.max_value and t < self.horizon and self.state_path is None:
+        if (
+            type(value) in (int, bool)
+            and 0 <= value <= self.max_value
+            and t < self.horizon
+            and self.state_path is None
+            and not self.monotone
+        ):
             index = t - self._buffer_start  # fast path: the arithmetic of ``counts`` on Python ints
             if not 0 <= index < len(self._buffer):
                 self._noise(t, t + 1)
@@ -518,7 +575,7 @@ class ContinualCounter:
 
     # ------------------------------------------------------------------ state files
 
-    def _record(self, *, released: int, prefix_sums, last_release, last_block) -> dict:
+    def _record(self, *, released: int, prefix_sums, last_release, last_block, fit: MonotoneFit | None) -> dict:
         record = {
             "format": STATE_FORMAT,
             "library_version": pure_dp_mf.__version__,
@@ -546,15 +603,19 @@ class ContinualCounter:
             "prefix_sums": [int(s) for s in prefix_sums],
             "last_release": None if last_release is None else [int(v) for v in last_release],
             "last_block": [[int(v) for v in row] for row in last_block],
+            "monotone": None if fit is None else fit.to_record(),
+            "choice": self.summary().get("expected"),
         }
         record["checksum"] = _checksum(record)
         return record
 
-    def _persist(self, *, released: int, prefix_sums, last_release, last_block) -> None:
+    def _persist(self, *, released: int, prefix_sums, last_release, last_block, fit: MonotoneFit | None) -> None:
         """State first, then the ledger, both atomic: always ledger ≤ state on disk."""
         if self.state_path is None:
             raise StateFileError("the counter has no state file; call save_state first")
-        record = self._record(released=released, prefix_sums=prefix_sums, last_release=last_release, last_block=last_block)
+        record = self._record(
+            released=released, prefix_sums=prefix_sums, last_release=last_release, last_block=last_block, fit=fit
+        )
         atomic_write_text(self.state_path, json.dumps(record, sort_keys=True))
         atomic_write_text(_ledger(self.state_path), json.dumps({"lineage": self.lineage, "released": int(released)}))
 
@@ -571,7 +632,11 @@ class ContinualCounter:
             self._lock = lock
         self.state_path = path
         self._persist(
-            released=self.released, prefix_sums=self.prefix_sums, last_release=self.last_release, last_block=self.last_block
+            released=self.released,
+            prefix_sums=self.prefix_sums,
+            last_release=self.last_release,
+            last_block=self.last_block,
+            fit=self._fit,
         )
         return path
 
@@ -600,6 +665,7 @@ class ContinualCounter:
         dimension: int = 1,
         rng: NoiseGenerator | None = None,
         max_value: int = 1,
+        monotone: bool = False,
     ) -> ContinualCounter:
         """The counter of the mechanism ``compare`` ranks best for (horizon, ε, metric).
 
@@ -636,14 +702,35 @@ class ContinualCounter:
             certificate = resources.certificate_file(base_file, folder=base_file.parent.parent / "certificates")
             if certificate.is_file():
                 counter = cls.from_certificate(
-                    certificate, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value
+                    certificate,
+                    epsilon=epsilon,
+                    horizon=horizon,
+                    dimension=dimension,
+                    rng=rng,
+                    max_value=max_value,
+                    monotone=monotone,
                 )
             else:
-                counter = cls(base=base_file, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value)
+                counter = cls(
+                    base=base_file,
+                    epsilon=epsilon,
+                    horizon=horizon,
+                    dimension=dimension,
+                    rng=rng,
+                    max_value=max_value,
+                    monotone=monotone,
+                )
         else:
             factorization = trees.tree_factorization(mechanism=row.mechanism, n=horizon, arity=row.arity)
             counter = cls(
-                base=factorization, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, alphas=[], max_value=max_value
+                base=factorization,
+                epsilon=epsilon,
+                horizon=horizon,
+                dimension=dimension,
+                rng=rng,
+                alphas=[],
+                max_value=max_value,
+                monotone=monotone,
             )
         counter.choice = row
         return counter
@@ -658,6 +745,7 @@ class ContinualCounter:
         dimension: int = 1,
         rng: NoiseGenerator | None = None,
         max_value: int = 1,
+        monotone: bool = False,
     ) -> ContinualCounter:
         """A counter on the base factorization that ``certificate`` certifies (train → certify →
         lift → count: the documented flow).
@@ -680,6 +768,7 @@ class ContinualCounter:
             dimension=dimension,
             rng=rng,
             max_value=max_value,
+            monotone=monotone,
         )
         counter.certificate = str(Path(certificate).resolve())
         return counter
@@ -694,12 +783,16 @@ class ContinualCounter:
         horizon: int | None = None,
         rng: NoiseGenerator | None = None,
         max_value: int | None = None,
+        monotone: bool | None = None,
     ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again. ``base`` (default: the file the state
-        names), ``epsilon``, ``horizon``, ``rng`` and ``max_value``, when given, must match the state."""
+        names), ``epsilon``, ``horizon``, ``rng``, ``max_value`` and ``monotone``, when given, must
+        match the state."""
         lock = _StateLock(Path(path))  # first: a second process is refused before anything is read
         try:
-            return cls._resume_locked(path, lock=lock, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value)
+            return cls._resume_locked(
+                path, lock=lock, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value, monotone=monotone
+            )
         except BaseException:
             lock.release()
             raise
@@ -715,8 +808,12 @@ class ContinualCounter:
         horizon: int | None,
         rng: NoiseGenerator | None,
         max_value: int | None = None,
+        monotone: bool | None = None,
     ) -> ContinualCounter:
         record = read_state(path)
+        if monotone is not None and bool(record.get("monotone")) != monotone:
+            state_says = "with" if record.get("monotone") else "without"
+            raise StateFileError(f"{path}: the state was made {state_says} monotone post-processing")
         if epsilon is not None and float.fromhex(record["epsilon"]) != check_epsilon(epsilon):
             raise StateFileError(f"{path}: the state is for epsilon {float.fromhex(record['epsilon'])}, not {epsilon}")
         if horizon is not None and record["horizon"] != horizon:
@@ -741,6 +838,7 @@ class ContinualCounter:
             horizon=record["horizon"],
             dimension=record["dimension"],
             max_value=int(record.get("max_value", 1)),
+            monotone=record.get("monotone") is not None,
             rng=generator,
             metric=record["metric"],
             alphas=[float.fromhex(alpha) for alpha in record["alphas"]],
@@ -755,6 +853,9 @@ class ContinualCounter:
         counter.last_release = record["last_release"]
         counter.last_block = record.get("last_block") or ([record["last_release"]] if record["last_release"] else [])
         counter.certificate = record["base"].get("certificate")
+        if record.get("monotone") is not None:
+            counter._fit = MonotoneFit.from_record(record["monotone"])
+        counter._expected = record.get("choice")
         counter.state_path = Path(path)
         counter._lock = lock
         return counter
@@ -782,7 +883,7 @@ def open_release_log(
     ``first_step`` (default: ``format_release`` lines); ``header``, if given, is the file's first
     line (written when the file is created, not counted as a step)."""
     render = render or _render_plain
-    header_lines = 0 if header is None else 1
+    header_lines = 0 if header is None else header.count("\n") + 1
     if not resumed:
         if path.exists() and path.stat().st_size > 0:
             raise InvalidInputError(f"{path} already exists and is not empty; the counter would append to it")

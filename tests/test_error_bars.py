@@ -56,8 +56,13 @@ def test_count_csv_and_jsonl_carry_std_and_bounds(tmp_path):
     table = run_cli(*arguments, "--format", "csv", "--beta", "0.1", input_text=text)
     lines = run_cli(*arguments, "--format", "jsonl", "--beta", "0.1", input_text=text)
     assert plain.returncode == table.returncode == lines.returncode == 0, table.stderr
-    rows = list(csv.DictReader(io.StringIO(table.stdout)))
-    records = [json.loads(line) for line in lines.stdout.splitlines()]
+    comment, *table_lines = table.stdout.splitlines()
+    assert comment.startswith("# ")
+    header, *records = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert json.loads(comment[2:]) == {**header["header"]}
+    assert header["header"]["beta"] == 0.1 and header["header"]["epsilon"] == 1.0 and header["header"]["horizon"] == 30
+    assert header["header"]["mechanism"] == f"lifted base {BASE.name}" and header["header"]["seeded"] is True
+    rows = list(csv.DictReader(io.StringIO("\n".join(table_lines))))
     counts = [int(line) for line in plain.stdout.splitlines()]
     truth = np.cumsum(values)
     for step, (row, record) in enumerate(zip(rows, records, strict=True), start=1):

@@ -1,5 +1,6 @@
-"""The package as a user installs it: a wheel built from this tree, installed (not editable) into
-a folder of its own and run from another folder, finds its shipped bases and certificates."""
+"""The package as a user installs it: a wheel built from this tree, installed (not editable, its
+dependencies resolved by pip) into a fresh virtual environment and run from another folder through
+its console script, finds its shipped bases and certificates."""
 
 from __future__ import annotations
 
@@ -34,21 +35,20 @@ def test_the_wheel_ships_the_data_and_runs_from_elsewhere(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "pure_dp_mf/data/base_factorizations/k1024_maxse.npz" in names
     assert "pure_dp_mf/data/certificates/k1024_meanse.json" in names
-    site = tmp_path / "site"
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(  # a plain install: pip resolves the dependencies from the registry
+        [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=900
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    environment = {**os.environ, "PYTHONPATH": str(site)}
+    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
 
     def run(*arguments: str, stdin: str = "") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
+            [str(venv / "bin" / "pure-dp-mf"), *arguments],  # the console script the wheel installs
             input=stdin,
             capture_output=True,
             text=True,
@@ -58,16 +58,18 @@ def test_the_wheel_ships_the_data_and_runs_from_elsewhere(tmp_path):
         )
 
     where = subprocess.run(
-        [sys.executable, "-c", "import pure_dp_mf; print(pure_dp_mf.__file__)"],
+        [str(python), "-c", "import pure_dp_mf; print(pure_dp_mf.__file__)"],
         capture_output=True,
         text=True,
         cwd=elsewhere,
         env=environment,
     )
-    assert where.stdout.strip().startswith(str(site)), where.stdout  # the installed copy, not this tree
+    assert where.stdout.strip().startswith(str(venv)), where.stdout  # the installed copy, not this tree
     counted = run("count", "--epsilon", "1", "--horizon", "5", "--format", "csv", stdin="1\n0\n1\n")
-    assert counted.returncode == 0 and counted.stdout.splitlines()[0] == "step,count,std,lower,upper", counted.stderr
+    assert counted.returncode == 0 and counted.stdout.splitlines()[1] == "step,count,std,lower,upper", counted.stderr
+    assert len(counted.stdout.splitlines()) == 5 and '"mechanism": "lifted base' in counted.stdout.splitlines()[0]
     compared = run("compare", "--n", "1000000", "--json")
     assert compared.returncode == 0 and '"lifted"' in compared.stdout and "k1024" in compared.stdout, compared.stderr[-2000:]
-    verified = run("verify", str(site / "pure_dp_mf" / "data" / "certificates" / "k004_maxse.json"))
+    certificates = where.stdout.strip().rsplit("/", 1)[0] + "/data/certificates"
+    verified = run("verify", f"{certificates}/k004_maxse.json")
     assert verified.returncode == 0, verified.stderr

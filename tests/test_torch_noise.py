@@ -129,3 +129,24 @@ def test_scratch_file_holds_the_buffer_and_is_removed(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(InvalidInputError, match="not a folder"):
         NoiseGenerator(mechanism, [(3,)], scratch_dir=tmp_path / "missing")
+
+
+def test_from_file_of_multi_epoch_optimize(tmp_path):
+    from conftest import run_cli
+
+    from pure_dp_mf.factorization import Factorization
+    from pure_dp_mf.gaussian.stamping import sensitivity_of
+    from pure_dp_mf.resources import BASE_FOLDER
+
+    path = tmp_path / "mech.npz"
+    made = run_cli("multi-epoch", "optimize", "--n", "8", "--participations", "2", "--out", str(path))
+    assert made.returncode == 0, made.stderr
+    generator = NoiseGenerator.from_file(path, SHAPES, noise_multiplier=1.5, clip_norm=0.5, seed=3)
+    written = Factorization.load(path)
+    sens2, _ = sensitivity_of(generator.mechanism, max_participations=2, min_sep=4)
+    assert sens2 == pytest.approx(written.metadata["made_by"]["sensitivity_squared"], rel=1e-6)
+    assert generator.noise_std == pytest.approx(1.5 * 0.5 * np.sqrt(sens2), rel=1e-12)
+    B = written.decoder
+    assert_covariance(empirical(generator) / generator.noise_std**2, B @ B.T)
+    with pytest.raises(InvalidInputError, match="not a multi-epoch factorization"):
+        NoiseGenerator.from_file(BASE_FOLDER / "k008_maxse.npz", SHAPES, noise_multiplier=1.0)

@@ -173,6 +173,11 @@ def count(
     beta: float = typer.Option(
         0.05, "--beta", help="with csv/jsonl: each interval holds the true count with probability ≥ 1 − β"
     ),
+    monotone: bool = typer.Option(
+        False,
+        "--monotone",
+        help="post-process to non-negative, non-decreasing counts (isotonic fit of what was released; no privacy cost)",
+    ),
     commit_every: int = typer.Option(
         4096,
         "--commit-every",
@@ -183,6 +188,8 @@ def count(
     check_size(commit_every, name="--commit-every", maximum=MAX_BLOCK)
     if output_format not in FORMATS:
         raise InvalidInputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")
+    if monotone and dimension != 1:
+        raise InvalidInputError("--monotone is for --dimension 1 (one running count per line)")
     if output_format != "plain" and dimension != 1:
         raise InvalidInputError("--format csv and jsonl are for --dimension 1 (one running count per line)")
     if not 0 < beta < 1:
@@ -190,7 +197,9 @@ def count(
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
     resumed = state is not None and state.exists()
     if resumed:
-        counter = ContinualCounter.resume(state, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value)
+        counter = ContinualCounter.resume(
+            state, base=base, epsilon=epsilon, horizon=horizon, rng=rng, max_value=max_value, monotone=monotone
+        )
         if counter.dimension != dimension:
             raise InvalidInputError(f"{state}: the state is for dimension {counter.dimension}, not {dimension}")
         error_console.print(f"resuming after step {counter.released} of {horizon}", markup=False)
@@ -199,10 +208,12 @@ def count(
     elif (base is not None or certificate is not None) and mechanism not in ("auto", "lifted"):
         raise InvalidInputError(f"--mechanism {mechanism} is a tree; --base and --certificate choose a lifted base")
     elif base is not None:
-        counter = ContinualCounter(base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value)
+        counter = ContinualCounter(
+            base=base, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value, monotone=monotone
+        )
     elif certificate is not None:
         counter = ContinualCounter.from_certificate(
-            certificate, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value
+            certificate, epsilon=epsilon, horizon=horizon, dimension=dimension, rng=rng, max_value=max_value, monotone=monotone
         )
     else:
         counter = ContinualCounter.for_horizon(
@@ -213,12 +224,13 @@ def count(
             dimension=dimension,
             rng=rng,
             max_value=max_value,
+            monotone=monotone,
         )
         error_console.print(_describe_choice(counter, metric=metric), markup=False, highlight=False, soft_wrap=True)
     if counter.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
     render = _renderer(counter, output_format=output_format, beta=beta)
-    header = CSV_HEADER if output_format == "csv" else None
+    header = _header(counter, output_format=output_format, beta=beta)
     if output is not None:
         sink = open_release_log(output, counter=counter, resumed=resumed, render=render, header=header)
     else:
@@ -242,7 +254,8 @@ def count(
             if len(steps):  # the valid lines before a bad one are released, as one line at a time would
                 first = counter.released
                 released = counter.counts(steps)
-                sink.write(render(first, released.reshape(len(released), -1).tolist()))
+                rows = np.column_stack([released, counter.last_raw]) if counter.monotone else released.reshape(len(released), -1)
+                sink.write(render(first, rows.tolist()))
                 sink.flush()
                 if output is not None and state is not None:
                     os.fsync(sink.fileno())
@@ -261,6 +274,18 @@ FORMATS = ("plain", "csv", "jsonl")
 CSV_HEADER = "step,count,std,lower,upper"
 
 
+def _header(counter: ContinualCounter, *, output_format: str, beta: float) -> str | None:
+    """The output's header: for csv a comment line ``# {…}`` (read with ``comment="#"``) with
+    what runs, then the column names; for jsonl a first record ``{"header": {…}}``; none for
+    plain (one line per input line)."""
+    if output_format == "plain":
+        return None
+    summary = {**counter.summary(), "beta": beta}
+    if output_format == "csv":
+        return "# " + json.dumps(summary, ensure_ascii=False) + "\n" + CSV_HEADER
+    return json.dumps({"header": summary}, ensure_ascii=False)
+
+
 def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> Callable[[int, list], str]:
     """render(first 0-based step, rows of released values) -> the output text of those steps."""
     if output_format == "plain":
@@ -271,8 +296,9 @@ def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> 
 
     def render(first: int, rows: list) -> str:
         counts = np.array([row[0] for row in rows], dtype=np.int64)
+        centres = np.array([row[-1] for row in rows], dtype=np.int64)  # with --monotone: the unprocessed release
         bars = model.bars(first, first + len(counts), beta=beta)
-        lower, upper = bars.bounds(counts, first_step=first, max_value=counter.max_value)
+        lower, upper = bars.bounds(centres, first_step=first, max_value=counter.max_value)
         records = zip(
             range(first + 1, first + 1 + len(counts)), counts.tolist(), bars.std.tolist(), lower.tolist(), upper.tolist()
         )
@@ -288,17 +314,14 @@ def _renderer(counter: ContinualCounter, *, output_format: str, beta: float) -> 
 
 def _describe_choice(counter: ContinualCounter, *, metric: str) -> str:
     """One stderr line: the mechanism chosen for the horizon, its expected errors and noise std."""
-    row = counter.choice
-    scale = counter.step_sensitivity**2
-    what = (
-        f"lifted base {Path(str(row.base_file)).name} ({'certified' if counter.certificate else 'no certificate'})"
-        if row.mechanism == "lifted"
-        else f"{row.mechanism} tree" + (f", arity {row.arity}" if row.arity is not None else "")
-    )
+    summary = counter.summary()
+    expected = summary["expected"]
+    certified = "certified" if counter.certificate else "no certificate"
+    what = f"{expected['mechanism']} ({certified})" if expected["mechanism"].startswith("lifted") else expected["mechanism"]
     return (
         f"mechanism: {what}, best for {metric} at horizon {counter.horizon}, ε = {counter.epsilon:g}: "
-        f"MaxSE {scale * row.max_se:.6g} (std ≤ {math.sqrt(scale * row.max_se):.4g}), "
-        f"MeanSE {scale * row.mean_se:.6g} (rms std {math.sqrt(scale * row.mean_se):.4g})"
+        f"MaxSE {expected['max_se']:.6g} (std ≤ {math.sqrt(expected['max_se']):.4g}), "
+        f"MeanSE {expected['mean_se']:.6g} (rms std {math.sqrt(expected['mean_se']):.4g})"
     )
 
 

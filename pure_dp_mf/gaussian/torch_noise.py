@@ -99,6 +99,53 @@ class NoiseGenerator:
         self._source = _Source(seed)
         self._steps = self._generate()
 
+    @classmethod
+    def from_file(
+        cls,
+        path: str | os.PathLike,
+        shapes: Sequence[Sequence[int]],
+        *,
+        noise_multiplier: float,
+        clip_norm: float = 1.0,
+        seed: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        chunk: int = DEFAULT_CHUNK,
+        scratch_dir: str | os.PathLike | None = None,
+    ) -> NoiseGenerator:
+        """The generator of a factorization file written by ``pure-dp-mf multi-epoch optimize``.
+
+        The file holds B (decoder) and C (encoder) and the participation it was optimised for
+        (k participations, b apart); the sensitivity sens(C) is recomputed here from C for that
+        participation (``stamping.sensitivity_of``: exact when CᵀC ≥ 0 on the participation
+        pattern, else a proven upper bound), and σ = noise_multiplier · clip_norm · sens(C).
+        The privacy of the resulting DP-SGD run is that of the Gaussian mechanism with noise
+        multiplier ``noise_multiplier`` (``pure-dp-mf multi-epoch epsilon``) under that participation.
+
+        Raises:
+            InvalidInputError: a file that is not a Gaussian factorization (no participation recorded).
+        """
+        from pure_dp_mf.factorization import Factorization
+        from pure_dp_mf.gaussian.stamping import DenseMechanism, sensitivity_of
+
+        factorization = Factorization.load(path)
+        made_by = (factorization.metadata or {}).get("made_by") or {}
+        if made_by.get("mechanism") != "gaussian" or "max_participations" not in made_by:
+            raise InvalidInputError(f"{path}: not a multi-epoch factorization (written by pure-dp-mf multi-epoch optimize)")
+        mechanism = DenseMechanism(decoder=factorization.decoder, encoder=factorization.encoder, name=Path(path).name)
+        sensitivity_squared, _ = sensitivity_of(
+            mechanism, max_participations=int(made_by["max_participations"]), min_sep=int(made_by["min_sep"])
+        )
+        noise_std = check_positive(noise_multiplier, name="noise_multiplier") * check_positive(clip_norm, name="clip_norm")
+        return cls(
+            mechanism,
+            shapes,
+            noise_std=noise_std * math.sqrt(sensitivity_squared),
+            seed=seed,
+            dtype=dtype,
+            chunk=chunk,
+            scratch_dir=scratch_dir,
+        )
+
     @property
     def mode(self) -> str:
         """ "secure" (os.urandom) or "seeded" (reproducible, not secure)."""
