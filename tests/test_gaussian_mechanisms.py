@@ -178,7 +178,7 @@ def test_compare_table_small():
     k, n = 4, 32
     rows = compare(n=n, max_participations=k)
     by_family = {row.family: row for row in rows}
-    assert len(rows) == 8
+    assert len(rows) == 12  # 8 dense families, the 3 Toeplitz strategies and the banded one
     for row in rows:
         B, C = row.mechanism.dense_decoder(), row.mechanism.dense_encoder()
         assert np.max(np.abs(B @ C - np.tri(n))) < 1e-9, row.family

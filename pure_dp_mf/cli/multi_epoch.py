@@ -12,7 +12,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pure_dp_mf import workloads
-from pure_dp_mf.cli.app import app, console, print_json, print_table
+from pure_dp_mf.cli.app import app, console, error_console, print_json, print_table
+from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, Constraint, optimize
 
 multi_epoch_app = typer.Typer(
@@ -26,7 +27,20 @@ app.add_typer(multi_epoch_app, name="multi-epoch")
 def optimize_command(
     n: int = typer.Option(..., "--n", help="number of steps n (a multiple of n/k)"),
     participations: int = typer.Option(..., "--participations", help="k: participations per example; b = n/k"),
-    min_sep: int | None = typer.Option(None, "--min-sep", help="b: steps between participations (default n/k)"),
+    separation: int | None = typer.Option(
+        None, "--separation", help="b: steps between consecutive participations, exactly (default n/k)"
+    ),
+    participation: str = typer.Option(
+        "fixed-epoch",
+        "--participation",
+        help="fixed-epoch (exactly b apart); the dense optimizer does not optimize for min-sep (see multi-epoch compare)",
+    ),
+    min_sep: int | None = typer.Option(
+        None,
+        "--min-sep",
+        hidden=True,
+        help="deprecated: fixed-epoch separation b; use --participation fixed-epoch --separation b",
+    ),
     workload: str = typer.Option("prefix", "--workload", help="prefix | momentum | momentum-cooldown"),
     momentum: float = typer.Option(workloads.DEFAULT_MOMENTUM, "--momentum", help="β for the momentum workloads"),
     gap: float = typer.Option(DEFAULT_GAP, "--gap", help="stop at this relative duality gap"),
@@ -37,7 +51,23 @@ def optimize_command(
         False, "--json", help="print the result record and its history of certified (time, loss, bound, gap) as JSON"
     ),
 ) -> None:
-    """Optimize A = B·C for (k,b)-participation and write the factorization file."""
+    """Optimize A = B·C for (k,b) fixed-epoch participation and write the factorization file."""
+    if participation != "fixed-epoch":
+        raise InvalidInputError(
+            f"--participation {participation}: the dense optimizer optimizes for fixed-epoch participation only; "
+            "for min-sep use the Toeplitz strategies of multi-epoch compare --participation min-sep"
+        )
+    if min_sep is not None:
+        if separation is not None and separation != min_sep:
+            raise InvalidInputError(f"--min-sep {min_sep} and --separation {separation} disagree; give --separation only")
+        error_console.print(
+            f"warning: --min-sep is deprecated: it means fixed-epoch participation, exactly {min_sep} steps apart "
+            f"(not a minimum separation); use --participation fixed-epoch --separation {min_sep}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        separation = min_sep
 
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True, disable=as_json
@@ -54,7 +84,7 @@ def optimize_command(
         result = optimize(
             workload=workloads.workload(workload, n=n, momentum=momentum),
             max_participations=participations,
-            min_sep=min_sep,
+            min_sep=separation,
             gap=gap,
             constraint=cast(Constraint, constraint),  # optimize refuses an unknown one
             max_iterations=max_iterations,
@@ -75,7 +105,8 @@ def optimize_command(
                 "workload",
                 "n",
                 "max_participations",
-                "min_sep",
+                "participation",
+                "separation",
                 "constraint",
                 "loss",
                 "dual_bound",

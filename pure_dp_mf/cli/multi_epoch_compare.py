@@ -35,6 +35,14 @@ def compare_command(
     delta: float = typer.Option(1e-6, "--delta", help="δ for ε"),
     stamps: str = typer.Option(None, "--stamps", help="comma-separated numbers of stamps s to try (default: divisors of k)"),
     optimizer: bool = typer.Option(True, "--optimizer/--no-optimizer", help="include the optimizer's rows (O(n³) per iteration)"),
+    participation: str = typer.Option(
+        "fixed-epoch",
+        "--participation",
+        help="fixed-epoch (participations exactly b = n/k apart) or min-sep (at most k, any two at least b apart)",
+    ),
+    dense: bool = typer.Option(
+        True, "--dense/--no-dense", help="include the dense mechanisms (optimizer, FFT, Honaker, stamping: O(n²) memory)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the table as JSON"),
     plot: Path = typer.Option(None, "--plot", help="write the per-step noise variance plot (PNG/PDF) here"),
 ) -> None:
@@ -46,10 +54,19 @@ def compare_command(
         epsilon = epsilon_for(noise_multiplier=noise_multiplier, delta=delta)
     else:
         epsilon = None
+    if participation not in ("fixed-epoch", "min-sep"):
+        raise InvalidInputError(f"--participation must be fixed-epoch or min-sep, got {participation!r}")
     if plot is not None and not plot.parent.exists():
         raise InvalidInputError(f"cannot write {plot}: folder {plot.parent} does not exist")
     if as_json:
-        rows = compare(n=n, max_participations=participations, stamps=_stamps(stamps), include_optimizer=optimizer)
+        rows = compare(
+            n=n,
+            max_participations=participations,
+            stamps=_stamps(stamps),
+            include_optimizer=optimizer,
+            participation=participation,
+            dense=dense,
+        )
     else:
         with console.status("comparing mechanisms") as status:
             rows = compare(
@@ -58,6 +75,8 @@ def compare_command(
                 stamps=_stamps(stamps),
                 include_optimizer=optimizer,
                 progress=lambda name: status.update(f"comparing mechanisms: {name}"),
+                participation=participation,
+                dense=dense,
             )
     b = n // participations
     if plot is not None:
@@ -72,7 +91,8 @@ def compare_command(
             {
                 "n": n,
                 "max_participations": participations,
-                "min_sep": b,
+                "participation": participation,
+                "separation": b,
                 "noise_multiplier": noise_multiplier,
                 "delta": delta if epsilon is not None else None,
                 "epsilon": epsilon,
@@ -82,7 +102,7 @@ def compare_command(
         )
         return
     z = noise_multiplier or 1.0
-    title = f"prefix sums, n = {n}, (k, b) = ({participations}, {b})"
+    title = f"prefix sums, n = {n}, {participation} participation, (k, b) = ({participations}, {b})"
     if epsilon is not None:
         title += f": every row is ({epsilon:.4g}, {delta:g})-DP at noise multiplier {z:g}"
     print_table(
@@ -104,3 +124,40 @@ def compare_command(
     )
     if plot is not None:
         console.print(f"plot written to {plot}")
+
+
+@multi_epoch_app.command("check-strategy")
+def check_strategy_command(
+    strategy_file: Path = typer.Argument(
+        ..., help="Toeplitz coefficients (.npy, .npz, text/CSV, JSON) or a BLT (JSON/.npz with buf_decay, output_scale)"
+    ),
+    n: int = typer.Option(..., "--n", help="number of steps n"),
+    participations: int = typer.Option(..., "--participations", help="k: at most k participations"),
+    separation: int = typer.Option(None, "--separation", help="b: steps between participations (default n/k)"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Loss and sensitivity of a Toeplitz or BLT strategy from another library, under both schemas."""
+    from pure_dp_mf.gaussian.toeplitz import read_strategy, strategy_report
+
+    if separation is None:
+        if participations < 1 or n < 1 or n % participations:
+            raise InvalidInputError(f"--participations {participations} does not divide --n {n}; give --separation")
+        separation = n // participations
+    report = strategy_report(read_strategy(strategy_file, n=n), max_participations=participations, separation=separation)
+    if as_json:
+        print_json(report)
+        return
+    rows = []
+    for name, entry in report["schemas"].items():
+        if "not_applicable" in entry:
+            rows.append((name, "n/a", entry["not_applicable"], "", "", ""))
+        else:
+            rows.append(
+                (name, entry["sensitivity_squared"], entry["method"], entry["loss"], entry["mean_loss"], entry["max_loss"])
+            )
+    print_table(
+        f"{report['strategy']}: n = {n}, (k, b) = ({participations}, {separation}), ‖B‖_F² = "
+        f"{report['decoder_frobenius_squared']:.6g}, max variance {report['max_variance']:.6g}",
+        ("participation", "sens²", "method", "loss sens²·‖B‖_F²", "mean loss (/n)", "max loss"),
+        rows,
+    )

@@ -9,7 +9,15 @@ Rows (each at its best number of stamps s, chosen by loss among ``stamps``):
 * the FFT mechanism (B_F, C_F) and the FFT mechanism with the optimal decoder, stamped;
 * the online Honaker tree with tree completion, with and without the noise of virtual steps,
   stamped by the restart construction; the full (pseudo-inverse) Honaker decoder, stamped;
-* independent noise (C = I, B = A): DP-SGD without amplification, sens² = k.
+* independent noise (C = I, B = A): DP-SGD without amplification, sens² = k;
+* the Toeplitz strategies (``toeplitz.py``), each optimized for the schema and the loss: banded
+  Toeplitz with b bands, BLT at its best number of buffers (1 to ``MAX_BUFFERS``), BISR at its
+  best number of bands. They are O(n) to evaluate and run alone at n = 10⁵ (``dense=False``);
+  up to n = ``BANDED_LIMIT`` also the column-normalized banded strategy with b bands.
+
+``participation`` names the schema: "fixed-epoch" (exactly b = n/k apart, the paper's) or
+"min-sep" (at most k participations, any two ≥ b apart). The dense optimizer optimizes for
+fixed-epoch participation; under "min-sep" its factorization is evaluated as it is.
 
 Every encoder is normalised to sensitivity 1 and the run is one Gaussian mechanism, so at a
 given noise multiplier z every row has the same (ε, δ) and differs only in error:
@@ -28,10 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.gaussian import toeplitz
 from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import HonakerMechanism
 from pure_dp_mf.gaussian.optimize import optimize
-from pure_dp_mf.gaussian.participation import Participation
+from pure_dp_mf.gaussian.participation import Participation, participation_schema
 from pure_dp_mf.gaussian.stamping import DenseMechanism, Loss, Mechanism, best_stamps, evaluate
 from pure_dp_mf.validation import check_size
 from pure_dp_mf.workloads import prefix_sum
@@ -60,6 +69,7 @@ class Row:
             "rmse_unit_noise": self.loss.rmse,
             "losses_by_stamps": {str(s): v for s, v in self.losses_by_stamps.items()},
             "seconds": self.seconds,
+            "parameters": getattr(self.mechanism, "parameters", {}),
         }
         if noise_multiplier is not None:
             record["rmse"] = noise_multiplier * self.loss.rmse
@@ -81,10 +91,16 @@ def _optimize(n: int, k: int, b: int) -> DenseMechanism:
     return DenseMechanism(decoder=result.decoder, encoder=result.encoder, name=f"optimal MF(k={k})")
 
 
-def _family(name: str, make: Callable[[int], Mechanism], n: int, stamps: Iterable[int], k: int, b: int) -> Row:
+MAX_BUFFERS = 6
+BANDED_LIMIT = 1024  # the column-normalized banded optimizer is O(n²·b) per step: in the table up to this n
+
+
+def _family(
+    name: str, make: Callable[[int], Mechanism], n: int, stamps: Iterable[int], k: int, b: int, participation: str
+) -> Row:
     start = time.perf_counter()
     stamps = [s for s in stamps if n % s == 0]
-    mechanism, loss, losses = best_stamps(make, n=n, stamps=stamps, max_participations=k, min_sep=b)
+    mechanism, loss, losses = best_stamps(make, n=n, stamps=stamps, max_participations=k, min_sep=b, participation=participation)
     return Row(
         name, mechanism, loss, mechanism.stamps, {s: result.loss for s, result in losses.items()}, time.perf_counter() - start
     )
@@ -97,13 +113,18 @@ def compare(
     stamps: Iterable[int] | None = None,
     include_optimizer: bool = True,
     progress: Callable[[str], None] | None = None,
+    participation: str = "fixed-epoch",
+    dense: bool = True,
+    strategies: bool = True,
 ) -> list[Row]:
-    """All rows of the comparison for prefix sums on n = k·b steps (see the module docstring)."""
+    """All rows of the comparison for prefix sums on n = k·b steps (see the module docstring):
+    the dense mechanisms unless ``dense`` is False, the Toeplitz strategies unless
+    ``strategies`` is False."""
     n = check_size(n, name="n")
     k = check_size(max_participations, name="max_participations")
     if n % k:
         raise InvalidInputError(f"n = {n} is not a multiple of max_participations = {k}")
-    schema = Participation(max_participations=k, min_sep=n // k, n=n)
+    schema = Participation(max_participations=k, min_sep=n // k, n=n)  # checks k ≤ n/b
     k, b = schema.max_participations, schema.min_sep
     stamps = default_stamps(max_participations=k) if stamps is None else sorted(set(stamps))
     say = progress or (lambda message: None)
@@ -124,14 +145,47 @@ def compare(
         families.insert(0, ("single-epoch optimum MF(k=1)", single_epoch, stamps))
         families.insert(0, (f"optimal MF(k={k}, b={b})", lambda m: _optimize(m, k, b), [1]))
     rows = []
-    for name, make, candidates in families:
-        say(name)
-        rows.append(_family(name, make, n, candidates, k, b))
-    say("independent noise")
+    if dense:
+        for name, make, candidates in families:
+            say(name)
+            rows.append(_family(name, make, n, candidates, k, b, participation))
+        say("independent noise")
+        start = time.perf_counter()
+        independent = DenseMechanism(
+            decoder=prefix_sum(n), encoder=np.eye(n), name="independent noise (DP-SGD, no amplification)"
+        )
+        loss = evaluate(independent, max_participations=k, min_sep=b, participation=participation)
+        rows.append(Row("independent noise", independent, loss, 1, {1: loss.loss}, time.perf_counter() - start))
+    if strategies:
+        rows += strategy_rows(n=n, max_participations=k, participation=participation, progress=say)
+    return rows
+
+
+def strategy_rows(
+    *, n: int, max_participations: int, participation: str = "fixed-epoch", progress: Callable[[str], None] | None = None
+) -> list[Row]:
+    """The Toeplitz strategies' rows, each optimized for the loss ‖B‖_F²·sens² under the schema."""
+    k = check_size(max_participations, name="max_participations")
+    b = n // k
+    schema = participation_schema(name=participation, max_participations=k, separation=b, n=n)
+    say = progress or (lambda message: None)
+    fits: list[tuple[str, toeplitz.StrategyFit]] = []
+    say("banded Toeplitz")
+    fits.append(("banded Toeplitz", toeplitz.optimize_banded_toeplitz(n=n, bands=b, schema=schema)))
+    say("BLT")
     start = time.perf_counter()
-    independent = DenseMechanism(decoder=prefix_sum(n), encoder=np.eye(n), name="independent noise (DP-SGD, no amplification)")
-    loss = evaluate(independent, max_participations=k, min_sep=b)
-    rows.append(Row("independent noise", independent, loss, 1, {1: loss.loss}, time.perf_counter() - start))
+    blts = [toeplitz.optimize_blt(n=n, buffers=m, schema=schema) for m in range(1, MAX_BUFFERS + 1)]
+    best = min(blts, key=lambda fit: fit.loss)
+    fits.append(("BLT", toeplitz.StrategyFit(best.strategy, best.loss, best.iterations, time.perf_counter() - start)))
+    say("BISR")
+    fits.append(("BISR", toeplitz.best_bisr(n=n, schema=schema)))
+    if n <= BANDED_LIMIT:
+        say("banded")
+        fits.append(("banded", toeplitz.optimize_banded(n=n, bands=b, schema=schema)))  # type: ignore[arg-type]
+    rows = []
+    for family, fit in fits:
+        loss = evaluate(fit.strategy, max_participations=k, min_sep=b, participation=participation)
+        rows.append(Row(family, fit.strategy, loss, 1, {1: loss.loss}, fit.seconds))
     return rows
 
 

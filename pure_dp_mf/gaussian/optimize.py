@@ -141,7 +141,9 @@ class OptimizationResult:
                 "workload": self.workload_name,
                 "constraint": self.constraint,
                 "max_participations": self.max_participations,
-                "min_sep": self.min_sep,
+                "participation": "fixed-epoch",
+                "separation": self.min_sep,
+                "min_sep": self.min_sep,  # the fixed-epoch separation (older readers)
                 "loss": self.loss,
                 "sensitivity_squared": self.sensitivity_squared,
                 "sensitivity": float(np.sqrt(self.sensitivity_squared)),

@@ -1,6 +1,8 @@
-"""(k,b)-participation schemas (Choquette-Choo et al., section 2).
+"""Participation schemas: fixed-epoch (Choquette-Choo et al., section 2) and b-min-sep
+(Choquette-Choo et al., arXiv 2306.08153, section 2).
 
-Under (k,b)-participation an example contributes to at most k steps of an n-step stream, and
+**Fixed-epoch** (``Participation``, "fixed-epoch"; the library's ``min_sep`` argument of the
+fixed-epoch functions is this b, for historical reasons). Under (k,b)-participation an example contributes to at most k steps of an n-step stream, and
 any two consecutive participations are exactly b steps apart: a participation pattern is
 π = {i, i+b, …, i+(j−1)b} with j ≤ k. With n = k·b this is the paper's multi-epoch training
 (k epochs of b steps each) and Π = {{i, i+b, …, i+(k−1)b} : 0 ≤ i < b}; (k=1, b=n) is single
@@ -10,13 +12,20 @@ the windows of k consecutive members of each residue class modulo b.
 Every sensitivity in this package is a maximum over the *maximal* patterns: a shorter pattern
 is a subset of one of them, and both 1ᵀX[π,π]1 (for X ≥ 0) and the sign-vector maximum are
 monotone under taking supersets.
+
+**b-min-sep** (``MinSeparation``, "min-sep"): an example participates at most k times, any two
+participations at least b steps apart, at any steps otherwise. Every fixed-epoch pattern is a
+min-sep pattern, so a min-sep sensitivity is at least the fixed-epoch one: a strategy noised for
+fixed-epoch participation under-noises a user who only guarantees a minimum separation. At most
+k′ = min(k, ⌈n/b⌉) participations fit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import cast
+from typing import ClassVar, cast
 
 import numpy as np
 
@@ -35,6 +44,12 @@ class Participation:
     max_participations: int
     min_sep: int
     n: int | None = None
+    name: ClassVar[str] = "fixed-epoch"
+
+    @property
+    def separation(self) -> int:
+        """b: the steps between consecutive participations (exactly)."""
+        return self.min_sep
 
     def __post_init__(self) -> None:
         k = check_size(self.max_participations, name="max_participations")
@@ -93,3 +108,78 @@ def participation(*, max_participations: int, min_sep: int | None = None, n: int
             raise InvalidInputError(f"n = {n} is not a multiple of max_participations = {k}")
         min_sep = n // k
     return Participation(max_participations=max_participations, min_sep=min_sep, n=n)
+
+
+@dataclass(frozen=True)
+class MinSeparation:
+    """b-min-sep participation on n steps: at most k participations, any two ≥ b steps apart."""
+
+    max_participations: int
+    separation: int
+    n: int
+    name: ClassVar[str] = "min-sep"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_participations", check_size(self.max_participations, name="max_participations"))
+        object.__setattr__(self, "separation", check_size(self.separation, name="separation"))
+        object.__setattr__(self, "n", check_size(self.n, name="n"))
+
+    @property
+    def steps(self) -> int:
+        return self.n
+
+    @property
+    def participations(self) -> int:
+        """k′ = min(k, ⌈n/b⌉): the most participations that fit."""
+        return min(self.max_participations, -(-self.n // self.separation))
+
+    def patterns(self) -> Iterator[tuple[int, ...]]:
+        """Every pattern (1 to k steps, pairwise ≥ b apart), for brute force on small n. (Not only
+        the maximal ones: a short min-sep pattern need not extend to k′ steps.)"""
+        b = self.separation
+
+        def extend(prefix: tuple[int, ...], start: int) -> Iterator[tuple[int, ...]]:
+            if prefix:
+                yield prefix
+            if len(prefix) == self.participations:
+                return
+            for i in range(start, self.n):
+                yield from extend((*prefix, i), i + b)
+
+        yield from extend((), 0)
+
+    def check_n(self, n: int, *, name: str = "matrix") -> None:
+        if n != self.n:
+            raise InvalidInputError(f"{name} has {n} columns but the participation schema has n = {self.n}")
+
+
+def best_separated_sums(values: np.ndarray, *, participations: int, separation: int) -> np.ndarray:
+    """For each row v of ``values`` (shape (rows, n), v ≥ 0): max Σ_{i∈π} v_i over sets π of at
+    most k steps pairwise ≥ b apart (Choquette-Choo et al., arXiv 2306.08153, Algorithm 4's
+    inner step). Dynamic programme over positions: F_c(p) = max(F_c(p−1), F_{c−1}(p−b) + v_{p−1}),
+    F_c(p) the best with c steps among the first p; O(n·k) vector operations over the rows."""
+    values = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    rows, n = values.shape
+    k, b = check_size(participations, name="participations"), check_size(separation, name="separation")
+    history = np.zeros((n + 1, k + 1, rows))  # history[p, c] = F_c(p)
+    for p in range(1, n + 1):
+        previous = history[max(p - b, 0), :-1]
+        history[p, 1:] = np.maximum(history[p - 1, 1:], previous + values[:, p - 1])
+    return history[n, k]
+
+
+def patterns_of(schema: Participation | MinSeparation) -> list[tuple[int, ...]]:
+    """The patterns of either schema as tuples (small n: tests and brute force): the maximal
+    ones for fixed-epoch, all of them for min-sep."""
+    if isinstance(schema, MinSeparation):
+        return list(schema.patterns())
+    return [tuple(int(i) for i in row) for row in schema.patterns]
+
+
+def participation_schema(*, name: str, max_participations: int, separation: int, n: int) -> Participation | MinSeparation:
+    """The schema called ``name`` ("fixed-epoch" or "min-sep") with k, b and n."""
+    if name == "fixed-epoch":
+        return Participation(max_participations=max_participations, min_sep=separation, n=n)
+    if name == "min-sep":
+        return MinSeparation(max_participations=max_participations, separation=separation, n=n)
+    raise InvalidInputError(f"unknown participation schema {name!r}; expected fixed-epoch or min-sep")

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.linalg
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.gaussian.participation import Participation
+from pure_dp_mf.gaussian.participation import MinSeparation, Participation, best_separated_sums
 from pure_dp_mf.validation import check_matrix
 
 Method = Literal["nonnegative", "exact", "upper-bound"]
@@ -155,3 +155,66 @@ def total_loss(
     return float(np.sum(errors)) * sensitivity_squared(
         encoder=encoder, max_participations=max_participations, min_sep=min_sep, method=method
     )
+
+
+MinSepMethod = Literal["banded", "brute-force", "upper-bound"]
+UPPER_BOUND_ROWS = 256  # rows of |X| per dynamic-programme block (memory (n + 1)·(k + 1)·rows floats)
+
+
+def min_sep_sensitivity_squared(*, gram: np.ndarray, schema: MinSeparation, method: str = "auto") -> tuple[float, str]:
+    """(sens², method) of X = CᵀC under b-min-sep participation (at most k participations, any
+    two ≥ b apart), for vector contributions of any dimension.
+
+    * ``"banded"`` (exact): when X_ij = 0 for |i − j| ≥ b (C lower triangular with at most b
+      bands, for instance), contributions at different participations are orthogonal, so
+      sens² = max_π Σ_{i∈π} X_ii, a dynamic programme (Choquette-Choo et al., arXiv
+      2306.08153, Theorem 2).
+    * ``"upper-bound"``: for any X, sens² = max_π max_G tr(GᵀX[π,π]G) ≤ max_π Σ_{i,j∈π}|X_ij|
+      ≤ max_π Σ_{i∈π} r_i with r_i = max_{π′} Σ_{j∈π′}|X_ij| (rows and columns chosen
+      independently: a larger set of choices), both maxima by ``best_separated_sums``
+      (ibid., Algorithm 4); O(n²·k).
+    * ``"brute-force"`` (exact when X ≥ 0, refused otherwise): max over every pattern of
+      1ᵀX[π,π]1, enumerated; for small n and tests.
+    * ``"auto"``: banded when it applies, else the upper bound.
+    """
+    X = np.asarray(gram, dtype=np.float64)
+    if X.shape != (schema.n, schema.n):
+        raise InvalidInputError(f"the encoder has {X.shape[0]} columns but the participation schema has n = {schema.n}")
+    k, b = schema.participations, schema.separation
+    offsets = np.abs(np.subtract.outer(np.arange(schema.n), np.arange(schema.n)))
+    banded = not np.any(X[offsets >= b])
+    if method == "auto":
+        method = "banded" if banded else "upper-bound"
+    if method == "banded":
+        if not banded:
+            raise InvalidInputError(f"X = CᵀC is not zero at distance ≥ b = {b}; the banded formula does not apply")
+        return float(best_separated_sums(np.diag(X)[None, :], participations=k, separation=b)[0]), "banded"
+    if method == "upper-bound":
+        magnitude = np.abs(X)
+        rows = np.concatenate(
+            [
+                best_separated_sums(magnitude[start : start + UPPER_BOUND_ROWS], participations=k, separation=b)
+                for start in range(0, schema.n, UPPER_BOUND_ROWS)
+            ]
+        )
+        return float(best_separated_sums(rows[None, :], participations=k, separation=b)[0]), "upper-bound"
+    if method == "brute-force":
+        scale = float(np.max(np.abs(X))) if X.size else 0.0
+        if float(np.min(X)) < -NEGATIVE_TOLERANCE * scale:
+            raise InvalidInputError("brute force over min-sep patterns needs X = CᵀC ≥ 0")
+        return max(float(X[np.ix_(p, p)].sum()) for p in schema.patterns()), "brute-force"
+    raise InvalidInputError(f"unknown min-sep sensitivity method {method!r}; expected auto, banded, upper-bound or brute-force")
+
+
+def schema_sensitivity_squared(*, gram: np.ndarray, schema: Participation | MinSeparation) -> tuple[float, str]:
+    """(sens², method) under either schema: fixed-epoch exact (``nonnegative``) when X ≥ 0 on
+    the pattern pairs, else the eigenvalue ``upper-bound``; min-sep by
+    ``min_sep_sensitivity_squared`` (banded exact, else its upper bound)."""
+    X = np.asarray(gram, dtype=np.float64)
+    if isinstance(schema, MinSeparation):
+        return min_sep_sensitivity_squared(gram=X, schema=schema)
+    _check_gram(X, schema)
+    scale = float(np.max(np.abs(X))) if X.size else 0.0
+    if float(np.min(X[schema.pair_mask])) >= -NEGATIVE_TOLERANCE * scale:
+        return gram_sensitivity_squared(gram=X, schema=schema, method="nonnegative"), "nonnegative"
+    return gram_sensitivity_squared(gram=X, schema=schema, method="upper-bound"), "upper-bound"

@@ -33,8 +33,8 @@ import numpy as np
 import scipy.linalg
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.gaussian.participation import Participation
-from pure_dp_mf.gaussian.sensitivity import gram_sensitivity_squared
+from pure_dp_mf.gaussian.participation import participation_schema
+from pure_dp_mf.gaussian.sensitivity import schema_sensitivity_squared
 from pure_dp_mf.validation import check_matrix, check_size
 
 
@@ -185,24 +185,34 @@ class Loss:
         return float(np.sqrt(self.loss / self.n))
 
 
-def sensitivity_of(mechanism: Mechanism, *, max_participations: int, min_sep: int) -> tuple[float, str]:
-    """(sens², method): exact ``nonnegative`` when X ≥ 0 on the pattern pairs, else the eigenvalue ``upper-bound``."""
-    schema = Participation(max_participations=max_participations, min_sep=min_sep, n=mechanism.n)
-    X = mechanism.gram()
-    scale = float(np.max(np.abs(X)))
-    if float(np.min(X[schema.pair_mask])) >= -1e-9 * scale:
-        return gram_sensitivity_squared(gram=X, schema=schema, method="nonnegative"), "nonnegative"
-    return gram_sensitivity_squared(gram=X, schema=schema, method="upper-bound"), "upper-bound"
+def sensitivity_of(
+    mechanism: Mechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch"
+) -> tuple[float, str]:
+    """(sens², method) under the ``participation`` schema ("fixed-epoch": exactly b = ``min_sep``
+    apart; "min-sep": at least b apart), k = ``max_participations``. A mechanism with its own
+    ``sensitivity_squared(schema)`` (the Toeplitz strategies: O(n) from the coefficients) answers
+    itself; otherwise ``sensitivity.schema_sensitivity_squared`` on X = CᵀC."""
+    schema = participation_schema(name=participation, max_participations=max_participations, separation=min_sep, n=mechanism.n)
+    own = getattr(mechanism, "sensitivity_squared", None)
+    if own is not None:
+        return own(schema)
+    return schema_sensitivity_squared(gram=mechanism.gram(), schema=schema)
 
 
-def evaluate(mechanism: Mechanism, *, max_participations: int, min_sep: int) -> Loss:
-    """The loss ‖B‖_F²·sens² of ``mechanism`` under (k,b)-participation."""
-    sens, method = sensitivity_of(mechanism, max_participations=max_participations, min_sep=min_sep)
+def evaluate(mechanism: Mechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch") -> Loss:
+    """The loss ‖B‖_F²·sens² of ``mechanism`` under (k,b) participation of the named schema."""
+    sens, method = sensitivity_of(mechanism, max_participations=max_participations, min_sep=min_sep, participation=participation)
     return Loss(mechanism.name, mechanism.n, mechanism.decoder_frobenius_squared(), sens, method)
 
 
 def best_stamps(
-    make_base: Callable[[int], Mechanism], *, n: int, stamps: Iterable[int], max_participations: int, min_sep: int
+    make_base: Callable[[int], Mechanism],
+    *,
+    n: int,
+    stamps: Iterable[int],
+    max_participations: int,
+    min_sep: int,
+    participation: str = "fixed-epoch",
 ) -> tuple[StampedMechanism, Loss, dict[int, Loss]]:
     """Stamp ``make_base(n // s)`` for every s in ``stamps`` (s must divide n); return the best by loss and all losses."""
     losses: dict[int, Loss] = {}
@@ -212,6 +222,6 @@ def best_stamps(
         if n % s:
             raise InvalidInputError(f"{s} stamps do not divide n = {n}")
         mechanisms[s] = StampedMechanism(make_base(n // s), s)
-        losses[s] = evaluate(mechanisms[s], max_participations=max_participations, min_sep=min_sep)
+        losses[s] = evaluate(mechanisms[s], max_participations=max_participations, min_sep=min_sep, participation=participation)
     best = min(losses, key=lambda s: losses[s].loss)
     return mechanisms[best], losses[best], losses

@@ -11,8 +11,9 @@ With an integer ``seed`` a torch Philox/Mersenne generator is used instead: repr
 tests and research only, NOT secure. ``mode`` says which one is in use.
 
 Memory. Streaming mechanisms never hold n×d noise: the online Honaker tree variants keep
-O(log n) node estimates of size d, and stamping keeps one stamp at a time plus the carried
-total of earlier stamps. The FFT decoders (and dense decoders such as the optimizer's) use the
+O(log n) node estimates of size d; the Toeplitz strategies (``toeplitz.py``) keep O(p·d) for p
+bands of C (banded Toeplitz) or of C⁻¹ (BISR) and O(m·d) for m BLT buffers, plus the running
+sum; and stamping keeps one stamp at a time plus the carried total of earlier stamps. The FFT decoders (and dense decoders such as the optimizer's) use the
 whole z for every step (B_F and B_opt are not causal: row t depends on all 2n entries of z), so
 their noise is computed for a whole stamp at once, by chunks of parameters, and kept as an (m×d)
 float32 array, m the stamp length (m = n without stamping): in memory by default, or, with
@@ -28,7 +29,7 @@ import os
 import tempfile
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 import numpy as np
 import torch
@@ -36,6 +37,7 @@ import torch
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.honaker import HonakerMechanism, HonakerNoiseStream
 from pure_dp_mf.gaussian.stamping import Mechanism, StampedMechanism
+from pure_dp_mf.gaussian.toeplitz import ToeplitzStrategy
 from pure_dp_mf.validation import check_positive, check_size
 
 DEFAULT_CHUNK = 1 << 16
@@ -155,7 +157,7 @@ class NoiseGenerator:
     def buffered_steps(self) -> int:
         """Steps of noise held at once: 0 for the online trees (O(log n) node estimates), else one stamp."""
         base = self.mechanism.base if isinstance(self.mechanism, StampedMechanism) else self.mechanism
-        return 0 if _is_online_tree(base) else base.n
+        return 0 if _is_online_tree(base) or _is_streaming(base) else base.n
 
     def _draw(self) -> torch.Tensor:
         return self._source.normal(self.dimension)
@@ -164,6 +166,9 @@ class NoiseGenerator:
         """Steps of one unstamped mechanism."""
         if _is_online_tree(mechanism):
             yield from HonakerNoiseStream(mechanism.n, mechanism.variant, self._draw)
+            return
+        if _is_streaming(mechanism):  # Toeplitz strategies: O(bands·d) or O(buffers·d) state
+            yield from cast(Iterator[torch.Tensor], mechanism.stream(self._draw))
             return
         handle = None
         if self.scratch_dir is None:
@@ -218,3 +223,7 @@ class NoiseGenerator:
 
 def _is_online_tree(mechanism: object) -> TypeGuard[HonakerMechanism]:
     return isinstance(mechanism, HonakerMechanism) and mechanism.variant != "full"
+
+
+def _is_streaming(mechanism: object) -> TypeGuard[ToeplitzStrategy]:
+    return isinstance(mechanism, ToeplitzStrategy)
