@@ -206,7 +206,17 @@ class LatticeSource:
     ``block`` returns a block in float64 (exact while |Y| < 2^53) and records the largest ‖Y‖∞ and
     ‖Y‖₂ seen, for the rounding bound; ``integers`` returns it as Python integers."""
 
-    def __init__(self, *, key: bytes, epsilon: Fraction, sensitivity: Fraction, alphas: Sequence[Fraction], grid_bits: int):
+    def __init__(
+        self,
+        *,
+        key: bytes,
+        epsilon: Fraction,
+        sensitivity: Fraction,
+        alphas: Sequence[Fraction],
+        grid_bits: int,
+        page_size: int = PAGE,
+        cached_pages: int = 8,
+    ):
         if epsilon <= 0 or sensitivity <= 0:
             raise InvalidInputError("the lattice noise needs epsilon > 0 and a positive sensitivity")
         self.key = hashlib.sha256(_KEY_DOMAIN + bytes(key)).digest()
@@ -216,6 +226,8 @@ class LatticeSource:
         self.largest_norm = 0.0
         self.exact_in_float = True
         self._pages: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self.page_size = page_size  # a page size other than PAGE is another (equally private) layout
+        self.cached_pages = cached_pages
 
     def page(self, level: int, number: int) -> np.ndarray:
         """Page ``number`` of level ``level``: ``PAGE`` draws of DLap(λ_level) (int64 or Python ints)."""
@@ -224,10 +236,10 @@ class LatticeSource:
         if cached is None:
             rate = self.rates[level - 1]
             cached = discrete_laplace_block(
-                s=rate.numerator, t=rate.denominator, count=PAGE, key=self.key, index=(level << 64) + number
+                s=rate.numerator, t=rate.denominator, count=self.page_size, key=self.key, index=(level << 64) + number
             )
             self._pages[key] = cached
-            if len(self._pages) > 8:
+            if len(self._pages) > self.cached_pages:
                 self._pages.popitem(last=False)
         else:
             self._pages.move_to_end(key)
@@ -236,8 +248,8 @@ class LatticeSource:
     def _values(self, offset: int, size: int, level: int) -> np.ndarray:
         parts, position = [], offset
         while position < offset + size:
-            number, start = divmod(position, PAGE)
-            stop = min(PAGE, start + offset + size - position)
+            number, start = divmod(position, self.page_size)
+            stop = min(self.page_size, start + offset + size - position)
             parts.append(self.page(level, number)[start:stop])
             position += stop - start
         return np.concatenate(parts) if len(parts) != 1 else parts[0]

@@ -437,6 +437,28 @@ class _Profile:
             current = np.concatenate(parts)
         return current[:m]
 
+    def entries(self, level: int, m: int, *, scale: Number | None = None) -> list:
+        """The first m entries of the level's sequence in the values' own arithmetic (Fractions
+        for an exact base: exact), by the segment layout of ``sequence``; ``scale`` replaces the
+        coarse scale of the top level. O(m + N_{level−1}) numbers."""
+        if not 1 <= level <= len(self.sizes) or not 0 <= m <= self.sizes[level - 1]:
+            raise InvalidInputError(f"{m} entries at level {level} exceed the lift")
+        current = list(self.values)
+        for i in range(1, level):
+            top = i == level - 1
+            weight_scale = scale if (top and scale is not None) else self.scales[i - 1]
+            pieces = {"F": current, "R": current[::-1], "Z": [self.zero]}
+            out = [value for kind in self.head for value in pieces[kind]]
+            for g in range(self.k):
+                if top and len(out) >= m:
+                    break
+                w = weight_scale * self.values[g]
+                out += [value + w for kind in self.group for value in pieces[kind]]
+            if not (top and len(out) >= m):
+                out += [value for kind in self.tail for value in pieces[kind]]
+            current = out
+        return current[:m]
+
     def _walk(self, level: int, m: int, *, from_end: bool, scale: Number | None = None):
         i = level - 1  # the level the segments copy
         N, S, M = self.sizes[i - 1], self.totals[i - 1], self.maxima[i - 1]
@@ -696,6 +718,17 @@ class LiftedFamily:
                 break
         candidates = [dyadic(math.exp((low + high) / 2)), self.alphas_exact[p - 2]]
         return min(candidates, key=log_cost)
+
+    def column_norms_exact(self, *, n: int) -> list[Fraction]:
+        """‖(R_p)_{:, j}‖₁ for the first n columns, exactly (Fractions), for the plan of n with
+        the "paper" α rule (the one counters run): the column profile of ``_Profile``."""
+        n = check_size(n, name="n")
+        p = levels_for(n=n, base_size=self.k)
+        self._extend(p)
+        if p == 1:
+            return [Fraction(v) for v in self.exact_columns.entries(1, n)]
+        scale = 1 / Fraction(self.alphas_exact[p - 2])
+        return [Fraction(v) for v in self.exact_columns.entries(p, n, scale=scale)]
 
     def plan(self, *, n: int, epsilon: float = 1.0, alpha_rule: str = "paper") -> LiftPlan:
         """The plan of the truncation to n of the least lift with N_p ≥ n.

@@ -51,7 +51,7 @@ from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.certify import Certificate, certified_sensitivity
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorization import Factorization, array_sha256
-from pure_dp_mf.lattice import ExactDecoder, ExactRelease, LatticeSource
+from pure_dp_mf.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource
 from pure_dp_mf.lift import lift_plan, lifted_size
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
 from pure_dp_mf.postprocess import MonotoneFit
@@ -153,8 +153,10 @@ class LiftedNoise:
         return self.sizes[-1]
 
     def values(self, start: int, stop: int) -> np.ndarray:
-        """(L_p·z)[start:stop]."""
-        out = np.empty(self._check_range(start, stop))
+        """(L_p·z)[start:stop]; with a source of c columns (``source.columns``: c independent
+        noise vectors z side by side, as the keyed counters use) an array of shape (rows, c)."""
+        columns = getattr(self.source, "columns", None)
+        out = np.empty((self._check_range(start, stop),) + (() if columns is None else (columns,)))
         self._fill(self.levels, 0, start, out)
         return out
 
@@ -223,7 +225,7 @@ class LiftedNoise:
         coarse_offset = offset + (2 * self.k + 1) * M
         while position < m:
             j, u = divmod(t - N, 2 * N + 1)
-            if level == 2 and u == 0 and m - position >= 2 * N + 1:
+            if level == 2 and u == 0 and m - position >= 2 * N + 1 and out.ndim == 1:
                 position, t = self._fill_whole_groups(offset, position, t, out)
                 continue
             segment = out[position : position + min(m - position, 2 * N + 1 - u)]
@@ -284,6 +286,32 @@ def exact_decoder(base: Factorization) -> ExactDecoder:
         decoder, encoder = base.dense()
         _DECODERS[digest] = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
     return _DECODERS[digest]
+
+
+def lattice_release(
+    *,
+    key: bytes,
+    decoder: ExactDecoder,
+    alphas: Sequence,
+    epsilon: Fraction,
+    sensitivity: Fraction,
+    page_size: int = PAGE,
+    cached_pages: int = 8,
+) -> ExactRelease:
+    """The exact lattice release of one counter (lattice.py): integer noise Y ~ DLap on the
+    encoder's lattice, keyed by ``key``, with rates ε·c_ℓ/``sensitivity``; L̄_p with every α = 1
+    (the α's sit in the noise rates); every rounding decided exactly."""
+    source = LatticeSource(
+        key=key,
+        epsilon=epsilon,
+        sensitivity=sensitivity,
+        alphas=[Fraction(a) for a in alphas],
+        grid_bits=decoder.grid_bits,
+        page_size=page_size,
+        cached_pages=cached_pages,
+    )
+    engine = LiftedNoise(decoder=decoder.decoder, alphas=[1.0] * len(alphas), source=source)
+    return ExactRelease(engine=engine, decoder=decoder, source=source)
 
 
 def base_digest(base: Factorization) -> str:
@@ -404,24 +432,15 @@ class ContinualCounter:
                 for i in range(self.dimension)
             ]
         )
-        # The exact lattice release (lattice.py): integer noise Y on the encoder's lattice, L̄_p with
-        # every α = 1 (the α's sit in the noise rates), every rounding decided exactly.
         self._releases = [
-            ExactRelease(
-                engine=LiftedNoise(decoder=self.exact_decoder.decoder, alphas=[1.0] * len(self.alphas), source=source),
+            lattice_release(
+                key=g.key,
                 decoder=self.exact_decoder,
-                source=source,
+                alphas=self.plan.alphas,
+                epsilon=Fraction(self.epsilon),
+                sensitivity=self.step_sensitivity * self.sensitivity,
             )
-            for source in (
-                LatticeSource(
-                    key=g.key,
-                    epsilon=Fraction(self.epsilon),
-                    sensitivity=self.step_sensitivity * self.sensitivity,
-                    alphas=[Fraction(a) for a in self.plan.alphas],
-                    grid_bits=self.exact_decoder.grid_bits,
-                )
-                for g in generators
-            )
+            for g in generators
         ]
         self.base_sha256 = base_digest(base)
         self.released = check_size(_released, name="released", minimum=0, maximum=self.horizon)

@@ -178,13 +178,65 @@ def count(
         "--monotone",
         help="post-process to non-negative, non-decreasing counts (isotonic fit of what was released; no privacy cost)",
     ),
+    key_column: str = typer.Option(
+        None, "--key-column", help="keyed counts: the CSV column of each event's key (with --keys, --step-column)"
+    ),
+    keys_file: Path = typer.Option(None, "--keys", help="keyed counts: the public keys, one per line; other keys are dropped"),
+    step_column: str = typer.Option(None, "--step-column", help="keyed counts: the column of each event's step, 1 … horizon"),
+    privacy_unit: str = typer.Option("event", "--privacy-unit", help="keyed counts: event or user (with contribution bounds)"),
+    user_column: str = typer.Option(None, "--user-column", help="keyed counts with --privacy-unit user: the user column"),
+    max_keys: int = typer.Option(None, "--max-keys", help="--privacy-unit user: K, keys kept per user (the first K)"),
+    max_per_key: int = typer.Option(
+        None, "--max-per-key", help="--privacy-unit user: C, steps kept per user and key (the first C)"
+    ),
     commit_every: int = typer.Option(
         4096,
         "--commit-every",
         help="with --state: at most this many available lines per durable commit (one state write and fsync per group)",
     ),
 ) -> None:
-    """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3)."""
+    """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
+
+    With --key-column: private running counts of every public key at every step (docs/streaming.md)."""
+    if key_column is not None:
+        if state is not None or certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
+            raise InvalidInputError(
+                "--key-column runs lifted bases: no --state, --certificate, --dimension, --monotone or tree --mechanism"
+            )
+        from pure_dp_mf.cli.count_keyed import count_keyed
+
+        count_keyed(
+            input_file=input_file,
+            keys_file=keys_file,
+            key_column=key_column,
+            step_column=step_column,
+            value_column=column,
+            user_column=user_column,
+            privacy_unit=privacy_unit,
+            max_keys=max_keys,
+            max_per_key=max_per_key,
+            max_value=max_value,
+            epsilon=epsilon,
+            horizon=horizon,
+            base=base,
+            metric=metric,
+            seed=seed,
+            output=output,
+            output_format="csv" if output_format == "plain" else output_format,
+            beta=beta,
+        )
+        return
+    for flag, given in (
+        ("--keys", keys_file),
+        ("--step-column", step_column),
+        ("--user-column", user_column),
+        ("--max-keys", max_keys),
+        ("--max-per-key", max_per_key),
+    ):
+        if given is not None:
+            raise InvalidInputError(f"{flag} is for keyed counts: give --key-column too")
+    if privacy_unit != "event":
+        raise InvalidInputError("--privacy-unit is for keyed counts: give --key-column too")
     check_size(commit_every, name="--commit-every", maximum=MAX_BLOCK)
     if output_format not in FORMATS:
         raise InvalidInputError(f"--format must be one of {', '.join(FORMATS)}, got {output_format!r}")

@@ -1,0 +1,165 @@
+"""``pure-dp-mf count --key-column …``: private running counts of many public keys (keyed.py).
+
+Thin: reads the events (CSV with a header line), calls ``keyed.run_keyed``, writes one row per
+(key, step)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from pure_dp_mf.cli.app import error_console
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
+from pure_dp_mf.noise import NoiseGenerator
+
+KEYED_FORMATS = ("csv", "jsonl")
+
+
+def read_keys(path: Path) -> list[str]:
+    """One key per line; a UTF-8 BOM dropped; blank lines are an error."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise InvalidInputError(f"--keys {path}: line {number} is blank")
+    try:
+        return check_keys(line.strip() for line in lines)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"--keys {path}: {error}") from None
+
+
+def _events(
+    source: IO[str], *, key_column: str, step_column: str, value_column: str | None, user_column: str | None
+) -> Iterator[KeyedEvent]:
+    reader = csv.reader(source)
+    try:
+        header = [name.strip().lstrip("\ufeff") for name in next(reader)]
+    except StopIteration:
+        raise InvalidInputError("the input is empty: a CSV header line is needed") from None
+    positions = {}
+    for flag, name in (
+        ("--key-column", key_column),
+        ("--step-column", step_column),
+        ("--column", value_column),
+        ("--user-column", user_column),
+    ):
+        if name is not None:
+            if name not in header:
+                raise InvalidInputError(f"{flag} {name!r}: no such column in the header ({', '.join(header)})")
+            positions[flag] = header.index(name)
+    for number, row in enumerate(reader, start=2):
+        if not row:
+            raise InvalidInputError(f"line {number}: blank")
+        try:
+            key = row[positions["--key-column"]].strip()
+            step = int(row[positions["--step-column"]])
+            value = int(row[positions["--column"]]) if "--column" in positions else 1
+            user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
+        except IndexError:
+            raise InvalidInputError(f"line {number}: {len(row)} field(s), fewer than the header's") from None
+        except ValueError:
+            raise InvalidInputError(f"line {number}: the step and the value must be integers") from None
+        yield KeyedEvent(key=key, step=step, value=value, user=user)
+
+
+def count_keyed(
+    *,
+    input_file: Path | None,
+    keys_file: Path | None,
+    key_column: str,
+    step_column: str | None,
+    value_column: str | None,
+    user_column: str | None,
+    privacy_unit: str,
+    max_keys: int | None,
+    max_per_key: int | None,
+    max_value: int,
+    epsilon: float,
+    horizon: int,
+    base: Path | None,
+    metric: str,
+    seed: int | None,
+    output: Path | None,
+    output_format: str,
+    beta: float,
+) -> None:
+    if keys_file is None:
+        raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
+    if step_column is None:
+        raise InvalidInputError("--key-column needs --step-column NAME: the integer step (1 … horizon) of each event")
+    if user_column is not None and privacy_unit != "user":
+        raise InvalidInputError("--user-column is for --privacy-unit user")
+    if privacy_unit == "user" and user_column is None:
+        raise InvalidInputError("--privacy-unit user needs --user-column NAME")
+    if output_format not in KEYED_FORMATS:
+        raise InvalidInputError(f"--format for keyed counts must be csv or jsonl, got {output_format!r}")
+    if output is not None and output.exists() and output.stat().st_size > 0:
+        raise InvalidInputError(f"--output {output} already exists and is not empty")
+    keys = read_keys(keys_file)
+    counters = KeyedCounters(
+        keys=keys,
+        epsilon=epsilon,
+        horizon=horizon,
+        base=base,
+        metric=metric,
+        max_value=max_value,
+        privacy_unit=privacy_unit,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+        rng=NoiseGenerator.from_seed(seed) if seed is not None else None,
+    )
+    summary = {**counters.summary(), "beta": beta}
+    error_console.print(f"keyed counts: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
+    if counters.rng.seeded:
+        error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
+    source = open(input_file, encoding="utf-8", newline="") if input_file is not None else sys.stdin
+    sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
+    try:
+        if output_format == "csv":
+            sink.write("# " + json.dumps(summary, ensure_ascii=False) + "\nkey,step,count,std,lower,upper\n")
+        else:
+            sink.write(json.dumps({"header": summary}, ensure_ascii=False) + "\n")
+        events = _events(
+            source, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column
+        )
+        for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
+            if output_format == "csv":
+                text = "".join(
+                    f"{_csv_field(key)},{step},{c},{std:.6g},{lo},{hi}\n"
+                    for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
+                )
+            else:
+                text = "".join(
+                    json.dumps({"key": key, "step": step, "count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi})
+                    + "\n"
+                    for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
+                )
+            sink.write(text)
+            sink.flush()
+    finally:
+        if input_file is not None:
+            source.close()
+        if output is not None:
+            sink.close()
+    dropped = counters.dropped
+    error_console.print(
+        f"operator log (not private, never publish): {dropped['unknown_key']} events with unknown keys dropped, "
+        f"{dropped['over_bounds']} events (or parts) over the contribution bounds dropped",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _csv_field(text: str) -> str:
+    if any(character in text for character in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text

@@ -1,0 +1,359 @@
+"""Private running counts of many public keys, released together at every step (local engine).
+
+The privacy model (proofs in docs/privacy.md, "Keyed streams"):
+
+* **Keys are public**: a list fixed in advance. An event whose key is not in the list is dropped
+  and nothing about it is released (a key set that depends on the data cannot be released under
+  pure DP). Dropped events are counted for the operator (``KeyedCounters.dropped``), never released.
+* **Every key releases at every step** of the global step grid, with a zero input when it had no
+  events: a key that skipped a step would reveal that it had no data.
+* Each key is one counter of the lifted mechanism (the one ``compare`` ranks best for the
+  horizon, ``ContinualCounter``'s exact lattice release), with its **own noise**: key j's integer
+  noise is keyed by ``rng.child(key)`` (SHA-256 of the run key and the length-prefixed UTF-8 key,
+  an injective encoding), so two keys never share a noise stream, and the noise of (key, step) is
+  a pure function of (run key, key, step): a replayed step regenerates the same noise.
+* **Event level** (``privacy_unit="event"``): neighbours differ in one event, which changes one
+  key's input at one step by at most m; each key's counter is ε-DP for that, and the keys' counters
+  use independent noise on disjoint data, so the whole release is ε-DP (parallel composition).
+* **User level** (``privacy_unit="user"``) with contribution bounds K keys and C steps per key:
+  ``ContributionBounder`` keeps, online and per user, the user's first K keys and, per key, the
+  first C distinct steps, and clips the user's sum at one (key, step) to m. A user then changes at
+  most K keys' inputs, each at ≤ C steps by ≤ m, so the ℓ1 change of the stacked R·x is at most
+  Δ = K·m·(sum of the C largest column ℓ1 norms of R_p[:, :n]) (computed exactly on the lattice,
+  ``LiftedFamily.column_norms_exact``), and every key's noise is scaled to that Δ: the release is
+  ε-DP for users.
+
+Vectorised across keys: the noise of all keys is computed ahead for a chunk of steps, and each
+step is one numpy pass over all keys.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from pure_dp_mf.error_bars import ErrorBarModel, ErrorBars
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.lift import LiftedFamily, lift_plan
+from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.stream import exact_decoder, lattice_release
+from pure_dp_mf.validation import check_epsilon, check_size
+
+KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
+PRIVACY_UNITS = ("event", "user")
+
+
+def check_keys(keys: Iterable[str]) -> list[str]:
+    """The public key list: non-empty, no duplicates, no empty key."""
+    keys = [str(key) for key in keys]
+    if not keys:
+        raise InvalidInputError("the key list is empty")
+    seen: set[str] = set()
+    for key in keys:
+        if not key:
+            raise InvalidInputError("the key list holds an empty key")
+        if key in seen:
+            raise InvalidInputError(f"the key list holds {key!r} twice")
+        seen.add(key)
+    return keys
+
+
+def user_sensitivity(column_norms: Sequence[Fraction], *, max_keys: int, max_per_key: int, max_value: int) -> Fraction:
+    """Δ = K·m·(sum of the C largest column ℓ1 norms), exactly (see the module docstring)."""
+    largest = sorted(column_norms, reverse=True)[:max_per_key]
+    return max_keys * max_value * sum(largest, Fraction(0))
+
+
+@dataclass
+class ContributionBounder:
+    """Online per-user contribution bounds: the first K keys of each user, the first C distinct
+    steps of each (user, key), and each (user, key, step) sum clipped to m. Every decision depends
+    on that user's own earlier events only."""
+
+    max_keys: int
+    max_per_key: int
+    max_value: int
+    _keys: dict = field(default_factory=dict)  # user → {key index: [steps kept, last step, sum at it]}
+    dropped: int = 0
+
+    def admit(self, user: str, key: int, step: int, value: int) -> int:
+        """The part of this event that is kept (0 when it is dropped)."""
+        keys = self._keys.setdefault(user, {})
+        entry = keys.get(key)
+        if entry is None:
+            if len(keys) >= self.max_keys:
+                self.dropped += 1
+                return 0
+            entry = keys[key] = [0, None, 0]
+        if entry[1] != step:
+            if entry[0] >= self.max_per_key:
+                self.dropped += 1
+                return 0
+            entry[0], entry[1], entry[2] = entry[0] + 1, step, 0
+        kept = min(value, self.max_value - entry[2])
+        if kept < value:
+            self.dropped += 1
+        entry[2] += kept
+        return kept
+
+
+class KeyedCounters:
+    """Private running counts of ``keys``, every key released at every step (module docstring).
+
+    Args:
+        keys: the public keys (distinct strings).
+        epsilon: ε of the whole release (per event, or per user with ``privacy_unit="user"``).
+        horizon: n, the number of steps.
+        base: a base factorization file; default the lifted base ``compare`` ranks best for n.
+        metric: what the default choice minimises ("maxse" or "meanse").
+        max_value: m, each event's value is an integer in [0, m].
+        privacy_unit: "event" or "user" (then ``max_keys`` K and ``max_per_key`` C are required).
+        rng: the run's generator (default secure; ``NoiseGenerator.from_seed`` is NOT private).
+        chunk: steps of noise computed ahead per key.
+    """
+
+    def __init__(
+        self,
+        *,
+        keys: Iterable[str],
+        epsilon: float,
+        horizon: int,
+        base: str | Path | None = None,
+        metric: str = "maxse",
+        max_value: int = 1,
+        privacy_unit: str = "event",
+        max_keys: int | None = None,
+        max_per_key: int | None = None,
+        rng: NoiseGenerator | None = None,
+        chunk: int = 256,
+    ) -> None:
+        self.keys = check_keys(keys)
+        self.index = {key: i for i, key in enumerate(self.keys)}
+        self.epsilon = check_epsilon(epsilon)
+        self.horizon = check_size(horizon, name="horizon")
+        self.max_value = check_size(max_value, name="max_value")
+        if privacy_unit not in PRIVACY_UNITS:
+            raise InvalidInputError(f"privacy unit must be event or user, got {privacy_unit!r}")
+        self.privacy_unit = privacy_unit
+        self.chunk = check_size(chunk, name="chunk")
+        self.rng = rng if rng is not None else NoiseGenerator.secure()
+        if base is None:
+            base = _best_lifted_base(horizon=self.horizon, epsilon=self.epsilon, metric=metric)
+        self.base_file = str(base)
+        factorization = Factorization.load(base)
+        self.metric = metric
+        self.plan = lift_plan(base=factorization, n=self.horizon, metric=metric)
+        self.bounder: ContributionBounder | None = None
+        if privacy_unit == "user":
+            if max_keys is None or max_per_key is None:
+                raise InvalidInputError("user-level privacy needs --max-keys and --max-per-key")
+            self.max_keys = check_size(max_keys, name="max_keys")
+            self.max_per_key = check_size(max_per_key, name="max_per_key")
+            norms = LiftedFamily(base=factorization, metric=metric).column_norms_exact(n=self.horizon)
+            self.sensitivity = user_sensitivity(
+                norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=self.max_value
+            )
+            self.bounder = ContributionBounder(self.max_keys, self.max_per_key, self.max_value)
+        else:
+            if max_keys is not None or max_per_key is not None:
+                raise InvalidInputError("--max-keys and --max-per-key are for --privacy-unit user")
+            self.sensitivity = self.max_value * self.plan.sensitivity_exact
+        decoder = exact_decoder(factorization)
+        self._releases = [
+            lattice_release(
+                key=self.rng.child(key).key,
+                decoder=decoder,
+                alphas=self.plan.alphas,
+                epsilon=Fraction(self.epsilon),
+                sensitivity=self.sensitivity,
+                page_size=KEYED_PAGE,
+                cached_pages=len(self.plan.alphas) + 2,  # one page per level in use, and one ahead
+            )
+            for key in self.keys
+        ]
+        self._batch = _BatchRelease(self._releases)
+        self._bars = ErrorBarModel(self)  # every key has the same mechanism and rates: one model
+        self.sums = np.zeros(len(self.keys), dtype=np.int64)
+        self.released = 0
+        self.dropped_unknown = 0
+        self._noise_start, self._noise = 0, np.zeros((len(self.keys), 0), dtype=np.int64)
+
+    @property
+    def dropped(self) -> dict:
+        """Operator counts of dropped events (NOT private: never release them)."""
+        return {"unknown_key": self.dropped_unknown, "over_bounds": self.bounder.dropped if self.bounder else 0}
+
+    def summary(self) -> dict:
+        """What runs: for the output header."""
+        record = {
+            "mechanism": f"lifted base {Path(self.base_file).name}",
+            "keys": len(self.keys),
+            "epsilon": self.epsilon,
+            "horizon": self.horizon,
+            "max_value": self.max_value,
+            "privacy_unit": self.privacy_unit,
+            "sensitivity": float(self.sensitivity),
+            "seeded": self.rng.seeded,
+        }
+        if self.bounder is not None:
+            record.update(max_keys=self.max_keys, max_per_key=self.max_per_key)
+        return record
+
+    def _step_noise(self, t: int) -> np.ndarray:
+        """The rounded noise of every key at 0-based step t (computed ahead by chunks)."""
+        offset = t - self._noise_start
+        if not 0 <= offset < self._noise.shape[1]:
+            stop = min(self.horizon, t + self.chunk)
+            self._noise = self._batch.noise(t, stop)
+            self._noise_start, offset = t, 0
+        return self._noise[:, offset]
+
+    def release(self, increments: np.ndarray) -> np.ndarray:
+        """Release the next step: ``increments[j]`` is key j's (bounded) input; returns the int64
+        private running counts of every key."""
+        if self.released >= self.horizon:
+            raise InvalidInputError(f"all {self.horizon} steps have been released")
+        increments = np.asarray(increments, dtype=np.int64)
+        if increments.shape != self.sums.shape:
+            raise InvalidInputError(f"expected {len(self.keys)} increments, got shape {increments.shape}")
+        self.sums += increments
+        counts = self.sums + self._step_noise(self.released)
+        self.released += 1
+        return counts
+
+    def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
+        """Error bars of steps start … stop − 1 (0-based), the same for every key."""
+        return self._bars.bars(start, stop, beta=beta)
+
+    def admit(self, *, key: str, step: int, value: int, user: str | None = None) -> tuple[int, int]:
+        """(key index or −1, kept value) of one event, after the key check and the user's bounds."""
+        index = self.index.get(key, -1)
+        if index < 0:
+            self.dropped_unknown += 1
+            return -1, 0
+        if not 0 <= value <= self.max_value:
+            raise InvalidInputError(f"value {value} is outside [0, {self.max_value}]")
+        if self.bounder is not None:
+            if user is None:
+                raise InvalidInputError("user-level privacy needs the user of every event")
+            value = self.bounder.admit(user, index, step, value)
+        return index, value
+
+
+def _best_lifted_base(*, horizon: int, epsilon: float, metric: str) -> Path:
+    from pure_dp_mf import compare
+
+    rows = [row for row in compare.comparison_rows(n=horizon, epsilon=epsilon, sort_by=metric) if row.mechanism == "lifted"]
+    if not rows:
+        raise InvalidInputError(f"no lifted base is available for horizon {horizon}")
+    return Path(str(rows[0].base_file))
+
+
+@dataclass
+class KeyedEvent:
+    key: str
+    step: int
+    value: int = 1
+    user: str | None = None
+
+
+def run_keyed(counters: KeyedCounters, events: Iterable[KeyedEvent], *, beta: float = 0.05):
+    """Release every key at every step through the last step of ``events`` (1-based steps,
+    non-decreasing); yields (step, counts of every key, std, lower, upper) per step."""
+    pending = np.zeros(len(counters.keys), dtype=np.int64)
+    current = None
+
+    def flush(through: int):
+        nonlocal pending
+        while counters.released < through:
+            t = counters.released
+            counts = counters.release(pending)
+            pending = np.zeros_like(pending)
+            bars = counters.bars(t, t + 1, beta=beta)
+            # a key's count is ≥ 0 but has no upper bound per step (many events per step)
+            lower = np.maximum(np.ceil(counts - bars.half_width[0]).astype(np.int64), 0)
+            upper = np.floor(counts + bars.half_width[0]).astype(np.int64)
+            yield t + 1, counts, float(bars.std[0]), lower, upper
+
+    for number, event in enumerate(events, start=1):
+        if not 1 <= event.step <= counters.horizon:
+            raise InvalidInputError(f"event {number}: step {event.step} is outside [1, {counters.horizon}]")
+        if current is not None and event.step < current:
+            raise InvalidInputError(f"event {number}: step {event.step} goes backwards (after step {current})")
+        if event.step > counters.released + 1:  # every earlier step, with or without events, is complete
+            yield from flush(event.step - 1)
+        current = event.step
+        index, kept = counters.admit(key=event.key, step=event.step, value=event.value, user=event.user)
+        if index >= 0:
+            pending[index] += kept
+    if current is not None:
+        yield from flush(current)
+
+
+class _BatchSource:
+    """The integer noise of many keys side by side: ``block`` stacks each key's block as a column."""
+
+    def __init__(self, sources: Sequence) -> None:
+        self.sources = list(sources)
+        self.columns = len(self.sources)
+
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        return np.stack([source.block(offset, size, level) for source in self.sources], axis=1)
+
+    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
+        return np.stack([self.block(offset, size) for offset in offsets])
+
+    @property
+    def largest(self) -> float:
+        return max(source.largest for source in self.sources)
+
+    @property
+    def largest_norm(self) -> float:
+        return max(source.largest_norm for source in self.sources)
+
+    @property
+    def exact_in_float(self) -> bool:
+        return all(source.exact_in_float for source in self.sources)
+
+
+class _BatchRelease:
+    """The rounded noise of every key at once: one matrix product per base block for all keys
+    (``LiftedNoise`` on a ``_BatchSource``), each rounding decided as ``lattice.ExactRelease``
+    decides it, with the error bound of the largest noise over all keys (the bound grows with it,
+    so it holds for every key); undecided entries are computed exactly by that key's release."""
+
+    def __init__(self, releases: Sequence) -> None:
+        from pure_dp_mf.stream import LiftedNoise
+
+        self.releases = list(releases)
+        first = self.releases[0]
+        self.decoder = first.decoder
+        self.source = _BatchSource([release.source for release in self.releases])
+        self.engine = LiftedNoise(decoder=first.engine.A, alphas=first.engine.alphas, source=self.source)
+        self.fallbacks = 0
+
+    def noise(self, start: int, stop: int) -> np.ndarray:
+        """Shape (keys, stop − start), int64."""
+        values = self.engine.values(start, stop)  # (steps, keys)
+        bound = self.decoder.error_bound(
+            terms=self.engine.levels, largest=self.source.largest, largest_norm=self.source.largest_norm
+        )
+        g = self.decoder.grid_bits
+        r = np.ldexp(values, -g) + 0.5
+        n = np.floor(r)
+        margin = np.minimum(r - n, n + 1 - r)
+        slack = math.ldexp(bound, -g) + 2.0**-50 * (np.abs(r) + 1)
+        decided = (margin > slack) & np.isfinite(r)
+        if not self.source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
+            decided[:] = False
+        out = n.astype(np.int64)
+        for step, key in np.argwhere(~decided):
+            out[step, key] = self.releases[key].exact_value(start + int(step))
+            self.fallbacks += 1
+        return out.T

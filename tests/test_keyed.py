@@ -1,0 +1,212 @@
+"""Keyed streams (keyed.py, count --key-column): the privacy rules one test each, the exact
+user-level sensitivity against brute force, the vectorised noise against each key's own
+release, and the command's output and errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
+from pure_dp_mf.lift import LiftedFamily, explicit_lift, lift_plan
+from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.resources import BASE_FOLDER
+from pure_dp_mf.trees import tree_factorization
+
+BASE = BASE_FOLDER / "k004_maxse.npz"
+
+
+def _lifted_encoder(base, n: int) -> np.ndarray:
+    plan = lift_plan(base=base, n=n, metric="maxse")
+    pair = explicit_lift(base=base, levels=plan.levels, alphas=list(plan.alphas_exact), n=n)
+    encoder = pair[1] if isinstance(pair, tuple) else pair.encoder
+    return np.asarray(encoder.toarray() if hasattr(encoder, "toarray") else encoder, dtype=np.float64)
+
+
+@pytest.mark.parametrize("n", [3, 4, 9, 40, 57])
+def test_exact_column_norms_are_the_lifted_encoders(n):
+    base = Factorization.load(BASE)
+    norms = LiftedFamily(base=base, metric="maxse").column_norms_exact(n=n)
+    R = _lifted_encoder(base, n)
+    assert [float(v) for v in norms] == pytest.approx(np.abs(R).sum(axis=0).tolist(), rel=1e-12)
+    assert max(norms) == lift_plan(base=base, n=n, metric="maxse").sensitivity_exact
+
+
+def _brute_force_user_change(R: np.ndarray, *, max_per_key: int, max_value: int) -> float:
+    """max ‖R·Δx‖₁ over one key's changes: ≤ C steps, each by an integer in [0, m]."""
+    n = R.shape[1]
+    best = 0.0
+    for steps in itertools.combinations(range(n), max_per_key):
+        for values in itertools.product(range(max_value + 1), repeat=max_per_key):
+            delta = np.zeros(n)
+            delta[list(steps)] = values
+            best = max(best, float(np.abs(R @ delta).sum()))
+    return best
+
+
+def test_user_sensitivity_against_brute_force():
+    n, K, C, m = 6, 2, 2, 2
+    for base, tight in ((tree_factorization(mechanism="binary", n=4), True), (Factorization.load(BASE), False)):
+        norms = LiftedFamily(base=base, metric="maxse").column_norms_exact(n=n)
+        computed = user_sensitivity(norms, max_keys=K, max_per_key=C, max_value=m)
+        brute = K * _brute_force_user_change(_lifted_encoder(base, n), max_per_key=C, max_value=m)  # K keys, disjoint blocks
+        assert brute <= float(computed) * (1 + 1e-12)
+        if tight:  # a non-negative encoder: the bound is attained
+            assert brute == pytest.approx(float(computed), rel=1e-12)
+
+
+def test_bounder_keeps_each_users_first_keys_and_steps_and_depends_on_nothing_else():
+    rng = np.random.default_rng(0)
+    events = [
+        (f"u{rng.integers(4)}", int(rng.integers(6)), int(step), int(rng.integers(0, 4)))
+        for step in sorted(rng.integers(1, 20, 300))
+    ]
+    K, C, m = 2, 3, 3
+
+    def kept(events):
+        bounder = ContributionBounder(K, C, m)
+        return [(user, key, step, bounder.admit(user, key, step, value)) for user, key, step, value in events]
+
+    result = kept(events)
+    for user in {e[0] for e in events}:
+        mine = [(key, step, value) for u, key, step, value in result if u == user and value > 0]
+        assert len({key for key, _, _ in mine}) <= K
+        for key in {key for key, _, _ in mine}:
+            steps = {step for k, step, _ in mine if k == key}
+            assert len(steps) <= C
+            for step in steps:
+                assert sum(value for k, s, value in mine if k == key and s == step) <= m
+    without = kept([e for e in events if e[0] != "u1"])  # removing a user changes nothing else
+    assert without == [r for r in result if r[0] != "u1"]
+
+
+def _counters(keys, **options) -> KeyedCounters:
+    return KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, rng=NoiseGenerator.from_seed(3), **options)
+
+
+def test_every_key_has_its_own_noise_independent_of_the_key_list():
+    keys = ["a", "ab", "a\x00b", "b", "", "ba"][0:4] + ["ba"]
+    one = _counters(keys)
+    noise = np.array([one.release(np.zeros(len(keys), dtype=np.int64)) for _ in range(60)]).T
+    assert len({tuple(row) for row in noise}) == len(keys)  # no two keys share a noise stream
+    other = _counters(["ba", "zzz", "a"])  # the same key, in another list, in another place
+    again = np.array([other.release(np.zeros(3, dtype=np.int64)) for _ in range(60)]).T
+    assert again[0].tolist() == noise[keys.index("ba")].tolist() and again[2].tolist() == noise[0].tolist()
+    assert len({NoiseGenerator.from_seed(3).child(key).key for key in keys}) == len(keys)
+
+
+def test_vectorised_noise_is_each_keys_own_release():
+    counters = _counters(["x", "y", "z"])
+    batch = counters._batch.noise(0, 60)
+    for j, release in enumerate(counters._releases):
+        assert batch[j].tolist() == release.noise(0, 60).tolist()
+
+
+def test_unknown_keys_are_never_released_and_change_nothing():
+    events = [KeyedEvent("a", 1), KeyedEvent("b", 2, 1), KeyedEvent("a", 4)]
+    noisy = [events[0], KeyedEvent("mars", 1), events[1], KeyedEvent("mars", 3), events[2]]
+    plain = list(run_keyed(_counters(["a", "b"]), events))
+    with_unknown_counters = _counters(["a", "b"])
+    with_unknown = list(run_keyed(with_unknown_counters, noisy))
+    assert [(s, c.tolist()) for s, c, *_ in plain] == [(s, c.tolist()) for s, c, *_ in with_unknown]
+    assert with_unknown_counters.dropped["unknown_key"] == 2
+
+
+def test_keys_without_events_release_every_step():
+    released = list(run_keyed(_counters(["a", "b", "c"]), [KeyedEvent("a", 2), KeyedEvent("a", 5)]))
+    assert [step for step, *_ in released] == [1, 2, 3, 4, 5]
+    assert all(len(counts) == 3 for _, counts, *_ in released)
+
+
+def test_bad_events_and_keys_are_refused():
+    with pytest.raises(InvalidInputError, match="twice"):
+        check_keys(["a", "a"])
+    with pytest.raises(InvalidInputError, match="empty"):
+        check_keys([])
+    with pytest.raises(InvalidInputError, match="outside"):
+        list(run_keyed(_counters(["a"]), [KeyedEvent("a", 61)]))
+    with pytest.raises(InvalidInputError, match="backwards"):
+        list(run_keyed(_counters(["a"]), [KeyedEvent("a", 3), KeyedEvent("a", 2)]))
+    with pytest.raises(InvalidInputError, match="outside"):
+        list(run_keyed(_counters(["a"]), [KeyedEvent("a", 1, 2)]))
+    with pytest.raises(InvalidInputError, match="max-keys"):
+        _counters(["a"], privacy_unit="user")
+
+
+def test_user_level_noise_is_scaled_to_the_exact_sensitivity():
+    counters = _counters(["a", "b"], privacy_unit="user", max_keys=2, max_per_key=3, max_value=1)
+    norms = LiftedFamily(base=Factorization.load(BASE), metric="maxse").column_norms_exact(n=60)
+    assert counters.sensitivity == 2 * sum(sorted(norms, reverse=True)[:3], Fraction(0))
+    event = _counters(["a"])
+    assert event.sensitivity == lift_plan(base=Factorization.load(BASE), n=60, metric="maxse").sensitivity_exact
+
+
+def _write(tmp_path, rows, keys=("de", "fr", "it")):
+    (tmp_path / "keys.txt").write_text("".join(f"{k}\n" for k in keys))
+    (tmp_path / "events.csv").write_text("uid,country,day,value\n" + "".join(",".join(map(str, row)) + "\n" for row in rows))
+
+
+def _keyed(tmp_path, *extra):
+    arguments = ["count", str(tmp_path / "events.csv"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
+    return run_cli(*arguments, "--step-column", "day", "--epsilon", "1", "--horizon", "30", "--seed", "4", *extra)
+
+
+def test_count_keyed_csv_and_jsonl(tmp_path):
+    _write(tmp_path, [("u1", "de", 1, 2), ("u2", "xx", 1, 1), ("u1", "fr", 3, 1), ("u3", "de", 3, 3)])
+    table = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--format", "csv")
+    assert table.returncode == 0, table.stderr
+    comment, *lines = table.stdout.splitlines()
+    assert json.loads(comment[2:])["privacy_unit"] == "event" and json.loads(comment[2:])["keys"] == 3
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    assert [(r["key"], int(r["step"])) for r in rows] == [(k, s) for s in (1, 2, 3) for k in ("de", "fr", "it")]
+    assert "xx" not in table.stdout and "1 events with unknown keys" in table.stderr
+    lines_out = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--format", "jsonl")
+    records = [json.loads(line) for line in lines_out.stdout.splitlines()]
+    assert records[0]["header"]["max_value"] == 3
+    assert [(r["key"], r["step"], r["count"]) for r in records[1:]] == [(r["key"], int(r["step"]), int(r["count"])) for r in rows]
+    user = _keyed(tmp_path, "--privacy-unit", "user", "--user-column", "uid", "--max-keys", "1", "--max-per-key", "2")
+    assert user.returncode == 0 and '"privacy_unit": "user"' in user.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "rows, keys, extra, message",
+    [
+        ([("u1", "de", 1, 1)], ("de",), ["--column", "amount"], "--column 'amount': no such column"),
+        ([("u1", "de", 1, 1)], ("de", "de"), [], "twice"),
+        ([("u1", "de", 31, 1)], ("de",), [], "outside [1, 30]"),
+        ([("u1", "de", 3, 1), ("u1", "de", 2, 1)], ("de",), [], "goes backwards"),
+        ([("u1", "de", 1, 5)], ("de",), ["--column", "value", "--max-value", "3"], "outside [0, 3]"),
+        ([("u1", "de", 1, 1)], ("de",), ["--user-column", "uid"], "--user-column is for --privacy-unit user"),
+    ],
+)
+def test_count_keyed_errors_are_one_line(tmp_path, rows, keys, extra, message):
+    _write(tmp_path, rows, keys)
+    result = _keyed(tmp_path, *extra)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_releases_are_the_true_running_counts_plus_each_keys_noise():
+    rng = np.random.default_rng(7)
+    keys = ["a", "b", "c"]
+    events = sorted(
+        (KeyedEvent(keys[int(rng.integers(3))], int(step), int(rng.integers(0, 3))) for step in rng.integers(2, 40, 80)),
+        key=lambda e: e.step,
+    )
+    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(11))
+    released = list(run_keyed(counters, events))
+    last = events[-1].step
+    truth = np.zeros((len(keys), last), dtype=np.int64)
+    for event in events:
+        truth[keys.index(event.key), event.step - 1 :] += event.value
+    noise = np.array([release.noise(0, last) for release in counters._releases])
+    assert [step for step, *_ in released] == list(range(1, last + 1))
+    assert np.array([counts for _, counts, *_ in released]).T.tolist() == (truth + noise).tolist()
