@@ -29,6 +29,7 @@ step is one numpy pass over all keys.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -145,17 +146,16 @@ class KeyedCounters:
         self.rng = rng if rng is not None else NoiseGenerator.secure()
         if base is None:
             base = _best_lifted_base(horizon=self.horizon, epsilon=self.epsilon, metric=metric)
-        self.base_file = str(base)
-        factorization = Factorization.load(base)
+        self.base_file = str(Path(base).resolve())
+        factorization, self.plan, decoder = _mechanism(self.base_file, self.horizon, metric)
         self.metric = metric
-        self.plan = lift_plan(base=factorization, n=self.horizon, metric=metric)
         self.bounder: ContributionBounder | None = None
         if privacy_unit == "user":
             if max_keys is None or max_per_key is None:
                 raise InvalidInputError("user-level privacy needs --max-keys and --max-per-key")
             self.max_keys = check_size(max_keys, name="max_keys")
             self.max_per_key = check_size(max_per_key, name="max_per_key")
-            norms = LiftedFamily(base=factorization, metric=metric).column_norms_exact(n=self.horizon)
+            norms = _column_norms(self.base_file, self.horizon, metric)
             self.sensitivity = user_sensitivity(
                 norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=self.max_value
             )
@@ -164,7 +164,6 @@ class KeyedCounters:
             if max_keys is not None or max_per_key is not None:
                 raise InvalidInputError("--max-keys and --max-per-key are for --privacy-unit user")
             self.sensitivity = self.max_value * self.plan.sensitivity_exact
-        decoder = exact_decoder(factorization)
         self._releases = [
             lattice_release(
                 key=self.rng.child(key).key,
@@ -227,6 +226,24 @@ class KeyedCounters:
         self.released += 1
         return counts
 
+    def release_all(self, increments: np.ndarray, *, beta: float = 0.05):
+        """Release steps 1 … s at once from ``increments`` of shape (keys, s) (the first s
+        steps): (counts (keys, s), std (s,), lower, upper (keys, s)), the same values as s calls of
+        ``release`` (for engines that hold a key's whole input, such as Spark's groups)."""
+        increments = np.asarray(increments, dtype=np.int64)
+        if self.released != 0 or increments.ndim != 2 or increments.shape[0] != len(self.keys):
+            raise InvalidInputError("release_all releases a fresh counter's first steps for every key")
+        steps = increments.shape[1]
+        if steps > self.horizon:
+            raise InvalidInputError(f"{steps} steps exceed the horizon {self.horizon}")
+        counts = np.cumsum(increments, axis=1) + self._batch.noise(0, steps)
+        self.sums = increments.sum(axis=1)
+        self.released = steps
+        bars = self.bars(0, steps, beta=beta)
+        lower = np.maximum(np.ceil(counts - bars.half_width).astype(np.int64), 0)
+        upper = np.floor(counts + bars.half_width).astype(np.int64)
+        return counts, bars.std, lower, upper
+
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key."""
         return self._bars.bars(start, stop, beta=beta)
@@ -244,6 +261,20 @@ class KeyedCounters:
                 raise InvalidInputError("user-level privacy needs the user of every event")
             value = self.bounder.admit(user, index, step, value)
         return index, value
+
+
+@functools.lru_cache(maxsize=4)
+def _mechanism(base_file: str, horizon: int, metric: str):
+    """(factorization, lift plan, exact decoder) of a base file for a horizon: computed once per
+    process (a Spark executor builds many single-key counters on the same base)."""
+    factorization = Factorization.load(base_file)
+    return factorization, lift_plan(base=factorization, n=horizon, metric=metric), exact_decoder(factorization)
+
+
+@functools.lru_cache(maxsize=4)
+def _column_norms(base_file: str, horizon: int, metric: str) -> tuple[Fraction, ...]:
+    factorization = _mechanism(base_file, horizon, metric)[0]
+    return tuple(LiftedFamily(base=factorization, metric=metric).column_norms_exact(n=horizon))
 
 
 def _best_lifted_base(*, horizon: int, epsilon: float, metric: str) -> Path:
@@ -265,12 +296,24 @@ class KeyedEvent:
 
 def run_keyed(counters: KeyedCounters, events: Iterable[KeyedEvent], *, beta: float = 0.05):
     """Release every key at every step through the last step of ``events`` (1-based steps,
-    non-decreasing); yields (step, counts of every key, std, lower, upper) per step."""
+    non-decreasing); yields (step, counts of every key, std, lower, upper) per step.
+
+    The events of one step are admitted (key check, user bounds) in the order (key, value): what
+    "a user's first K keys and C steps" means does not depend on the order of lines within a step,
+    so every engine that sees the same events makes the same decisions."""
     pending = np.zeros(len(counters.keys), dtype=np.int64)
-    current = None
+    step_events: list[KeyedEvent] = []
+
+    def admit_step() -> None:
+        for event in sorted(step_events, key=lambda e: (e.key, e.value)):
+            index, kept = counters.admit(key=event.key, step=event.step, value=event.value, user=event.user)
+            if index >= 0:
+                pending[index] += kept
+        step_events.clear()
 
     def flush(through: int):
         nonlocal pending
+        admit_step()
         while counters.released < through:
             t = counters.released
             counts = counters.release(pending)
@@ -281,17 +324,18 @@ def run_keyed(counters: KeyedCounters, events: Iterable[KeyedEvent], *, beta: fl
             upper = np.floor(counts + bars.half_width[0]).astype(np.int64)
             yield t + 1, counts, float(bars.std[0]), lower, upper
 
+    current = None
     for number, event in enumerate(events, start=1):
         if not 1 <= event.step <= counters.horizon:
             raise InvalidInputError(f"event {number}: step {event.step} is outside [1, {counters.horizon}]")
         if current is not None and event.step < current:
             raise InvalidInputError(f"event {number}: step {event.step} goes backwards (after step {current})")
+        if not 0 <= event.value <= counters.max_value:
+            raise InvalidInputError(f"event {number}: value {event.value} is outside [0, {counters.max_value}]")
         if event.step > counters.released + 1:  # every earlier step, with or without events, is complete
             yield from flush(event.step - 1)
         current = event.step
-        index, kept = counters.admit(key=event.key, step=event.step, value=event.value, user=event.user)
-        if index >= 0:
-            pending[index] += kept
+        step_events.append(event)
     if current is not None:
         yield from flush(current)
 

@@ -189,6 +189,7 @@ def count(
     max_per_key: int = typer.Option(
         None, "--max-per-key", help="--privacy-unit user: C, steps kept per user and key (the first C)"
     ),
+    engine: str = typer.Option("local", "--engine", help="keyed counts: local (in-process) or spark (the spark extra)"),
     commit_every: int = typer.Option(
         4096,
         "--commit-every",
@@ -224,8 +225,11 @@ def count(
             output=output,
             output_format="csv" if output_format == "plain" else output_format,
             beta=beta,
+            engine=engine,
         )
         return
+    if engine != "local":
+        raise InvalidInputError("--engine is for keyed counts: give --key-column too")
     for flag, given in (
         ("--keys", keys_file),
         ("--step-column", step_column),

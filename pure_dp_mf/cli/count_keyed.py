@@ -90,6 +90,7 @@ def count_keyed(
     output: Path | None,
     output_format: str,
     beta: float,
+    engine: str = "local",
 ) -> None:
     if keys_file is None:
         raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
@@ -104,6 +105,30 @@ def count_keyed(
     if output is not None and output.exists() and output.stat().st_size > 0:
         raise InvalidInputError(f"--output {output} already exists and is not empty")
     keys = read_keys(keys_file)
+    if engine == "spark":
+        _count_on_spark(
+            input_file=input_file,
+            keys=keys,
+            key_column=key_column,
+            step_column=step_column,
+            value_column=value_column,
+            user_column=user_column,
+            privacy_unit=privacy_unit,
+            max_keys=max_keys,
+            max_per_key=max_per_key,
+            max_value=max_value,
+            epsilon=epsilon,
+            horizon=horizon,
+            base=base,
+            metric=metric,
+            seed=seed,
+            output=output,
+            output_format=output_format,
+            beta=beta,
+        )
+        return
+    if engine != "local":
+        raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
     counters = KeyedCounters(
         keys=keys,
         epsilon=epsilon,
@@ -163,3 +188,59 @@ def _csv_field(text: str) -> str:
     if any(character in text for character in ',"\n\r'):
         return '"' + text.replace('"', '""') + '"'
     return text
+
+
+def _count_on_spark(
+    *, input_file: Path | None, keys: list[str], output: Path | None, output_format: str, seed: int | None, **options
+) -> None:
+    """The same releases through ``pure_dp_mf.spark`` on a SparkSession (master from
+    ``PURE_DP_MF_SPARK_MASTER``, default local[2]); written in step order, keys in list order."""
+    import os
+
+    if input_file is None:
+        raise InvalidInputError("--engine spark reads the events from a file: give the input file")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise InvalidInputError("--engine spark needs the spark extra: pip install 'pure-dp-mf[spark]'") from None
+    from pure_dp_mf.spark import private_running_counts
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]"))
+        .appName("pure-dp-mf count")
+        .getOrCreate()
+    )
+    generator = NoiseGenerator.from_seed(seed) if seed is not None else NoiseGenerator.secure()
+    frame = session.read.csv(str(input_file), header=True)
+    released = private_running_counts(frame, keys=keys, generator=generator, **options).toPandas()
+    order = {key: i for i, key in enumerate(keys)}
+    released = released.assign(order=released["key"].map(order)).sort_values(["step", "order"])
+    template = KeyedCounters(
+        keys=keys[:1],
+        epsilon=options["epsilon"],
+        horizon=options["horizon"],
+        base=options["base"],
+        metric=options["metric"],
+        max_value=options["max_value"],
+        privacy_unit=options["privacy_unit"],
+        max_keys=options["max_keys"],
+        max_per_key=options["max_per_key"],
+        rng=generator,
+    )
+    summary = {**template.summary(), "keys": len(keys), "beta": options["beta"], "engine": "spark"}
+    sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
+    try:
+        if output_format == "csv":
+            sink.write("# " + json.dumps(summary, ensure_ascii=False) + "\nkey,step,count,std,lower,upper\n")
+            for row in released.itertuples(index=False):
+                sink.write(f"{_csv_field(row.key)},{row.step},{row.count},{row.std:.6g},{row.lower},{row.upper}\n")
+        else:
+            sink.write(json.dumps({"header": summary}, ensure_ascii=False) + "\n")
+            for row in released.itertuples(index=False):
+                record = {"key": row.key, "step": int(row.step), "count": int(row.count), "std": float(f"{row.std:.6g}")}
+                sink.write(json.dumps({**record, "lower": int(row.lower), "upper": int(row.upper)}) + "\n")
+    finally:
+        if output is not None:
+            sink.close()

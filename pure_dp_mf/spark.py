@@ -1,0 +1,175 @@
+"""Keyed private running counts on Apache Spark (the optional extra ``pure-dp-mf[spark]``).
+
+``private_running_counts(events, keys=…, epsilon=…, horizon=…)`` takes a DataFrame of events and
+returns a DataFrame with one row (key, step, count, std, lower, upper) per public key and step,
+the same values as the local engine (``keyed.run_keyed``) for the same generator: every key's
+noise is keyed by the run's generator and the key alone (``keyed.py``), and the user bounds
+admit a user's events in the same order (step, then key, then value). The privacy model and its
+proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
+
+Plan: unknown keys dropped (a join with the public key list); with user-level privacy,
+``groupBy(user).applyInPandas`` applies each user's contribution bounds; the kept values are
+summed per (key, step); the key list is unioned in so that every key has a group, with or
+without events; ``groupBy(key).applyInPandas`` releases each key's steps 1 … ``through`` in one
+vectorised pass (``KeyedCounters.release_all``). The generator key travels to the executors in
+the task closure: run on a cluster you trust with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, check_keys
+from pure_dp_mf.noise import NoiseGenerator
+
+RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
+
+
+def private_running_counts(
+    events: Any,
+    *,
+    keys: Sequence[str],
+    epsilon: float,
+    horizon: int,
+    key_column: str = "key",
+    step_column: str = "step",
+    value_column: str | None = None,
+    user_column: str | None = None,
+    privacy_unit: str = "event",
+    max_keys: int | None = None,
+    max_per_key: int | None = None,
+    max_value: int = 1,
+    through: int | None = None,
+    base: str | None = None,
+    metric: str = "maxse",
+    generator: NoiseGenerator | None = None,
+    beta: float = 0.05,
+) -> Any:
+    """The releases of every key at steps 1 … ``through`` (default: the last step of the events)
+    as a Spark DataFrame (see the module docstring). Raises ``InvalidInputError`` for a missing
+    column, a bad key list, a step outside [1, horizon] or a value outside [0, m]."""
+    from pyspark.sql import functions as F
+
+    keys = check_keys(keys)
+    generator = generator if generator is not None else NoiseGenerator.secure()
+    for flag, name in (
+        ("key_column", key_column),
+        ("step_column", step_column),
+        ("value_column", value_column),
+        ("user_column", user_column),
+    ):
+        if name is not None and name not in events.columns:
+            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
+    if privacy_unit == "user" and user_column is None:
+        raise InvalidInputError("user-level privacy needs user_column")
+    if user_column is not None and privacy_unit != "user":
+        raise InvalidInputError("user_column is for privacy_unit='user'")
+    template = KeyedCounters(
+        keys=keys[:1],
+        epsilon=epsilon,
+        horizon=horizon,
+        base=base,
+        metric=metric,
+        max_value=max_value,
+        privacy_unit=privacy_unit,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+        rng=generator,
+    )
+    settings = {
+        "epsilon": epsilon,
+        "horizon": horizon,
+        "base": template.base_file,
+        "metric": metric,
+        "max_value": max_value,
+        "privacy_unit": privacy_unit,
+        "max_keys": max_keys,
+        "max_per_key": max_per_key,
+        "generator": generator.to_record(),
+        "beta": beta,
+    }
+    value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
+    columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
+    if user_column is not None:
+        columns.append(F.col(user_column).cast("string").alias("user"))
+    table = events.select(*columns)
+    low_step, high_step, low_value, high_value, missing = table.agg(
+        F.min("step"),
+        F.max("step"),
+        F.min("value"),
+        F.max("value"),
+        F.sum((F.col("step").isNull() | F.col("value").isNull()).cast("long")),
+    ).first()
+    if missing:
+        raise InvalidInputError(f"{missing} event(s) have a step or value that is not an integer")
+    if low_step is not None and (low_step < 1 or high_step > horizon):
+        raise InvalidInputError(f"a step is outside [1, {horizon}] (the steps run from {low_step} to {high_step})")
+    if low_value is not None and (low_value < 0 or high_value > max_value):
+        raise InvalidInputError(f"a value is outside [0, {max_value}] (the values run from {low_value} to {high_value})")
+    if through is None:
+        through = int(high_step) if high_step is not None else 0
+    spark = events.sparkSession
+    key_table = spark.createDataFrame([(key,) for key in keys], "key string")
+    known = table.join(F.broadcast(key_table), on="key", how="inner")
+    if privacy_unit == "user":
+        known = known.groupBy("user").applyInPandas(
+            lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value, keys=keys),
+            "key string, step long, value long",
+        )
+    totals = known.groupBy("key", "step").agg(F.sum("value").alias("value"))
+    every_key = key_table.select("key", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value"))
+    grouped = totals.unionByName(every_key).groupBy("key")
+    return grouped.applyInPandas(lambda frame: _release_key(frame, through=through, settings=settings), RELEASE_SCHEMA)
+
+
+def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int, keys: Sequence[str]):
+    """One user's kept events: admitted in the order (step, key, value), as the local engine does."""
+    import pandas as pd
+
+    index = {key: i for i, key in enumerate(keys)}
+    bounder = ContributionBounder(int(max_keys or 0), int(max_per_key or 0), max_value)
+    rows = []
+    ordered = frame.sort_values(["step", "key", "value"], kind="stable")
+    for user, key, step, value in zip(ordered["user"], ordered["key"], ordered["step"], ordered["value"], strict=True):
+        kept = bounder.admit(str(user), index[key], int(step), int(value))
+        if kept:
+            rows.append((key, int(step), kept))
+    return pd.DataFrame(rows, columns=["key", "step", "value"]).astype({"step": "int64", "value": "int64"})
+
+
+def _release_key(frame, *, through: int, settings: dict):
+    """One key's releases at steps 1 … through (``KeyedCounters.release_all`` for that key alone)."""
+    import pandas as pd
+
+    key = str(frame["key"].iloc[0])
+    counters = KeyedCounters(
+        keys=[key],
+        epsilon=settings["epsilon"],
+        horizon=settings["horizon"],
+        base=settings["base"],
+        metric=settings["metric"],
+        max_value=settings["max_value"],
+        privacy_unit=settings["privacy_unit"],
+        max_keys=settings["max_keys"],
+        max_per_key=settings["max_per_key"],
+        rng=NoiseGenerator.from_record(settings["generator"]),
+    )
+    increments = np.zeros((1, through), dtype=np.int64)
+    for step, value in zip(frame["step"], frame["value"], strict=True):
+        if step >= 1:
+            increments[0, int(step) - 1] += int(value)
+    counts, std, lower, upper = counters.release_all(increments, beta=settings["beta"])
+    return pd.DataFrame(
+        {
+            "key": key,
+            "step": np.arange(1, through + 1, dtype=np.int64),
+            "count": counts[0],
+            "std": std,
+            "lower": lower[0],
+            "upper": upper[0],
+        }
+    )
