@@ -43,6 +43,43 @@ def throughput(keys: int, steps: int) -> dict:
     }
 
 
+def spark_ratio(keys: int, steps: int, events: int) -> dict:
+    """The same events through the local engine and through Spark batch on local[2]: wall times."""
+    import os
+    import sys
+
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+    from pure_dp_mf.keyed import KeyedEvent, run_keyed
+    from pure_dp_mf.spark import private_running_counts
+
+    rng = np.random.default_rng(0)
+    names = [f"key{i}" for i in range(keys)]
+    table = pd.DataFrame(
+        {
+            "key": [names[i] for i in rng.integers(0, keys, events)],
+            "step": np.sort(rng.integers(1, steps + 1, events)),
+            "value": 1,
+        }
+    )
+    start = time.perf_counter()
+    counters = KeyedCounters(keys=names, epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(1))
+    released = sum(
+        1 for _ in run_keyed(counters, (KeyedEvent(k, int(s), 1) for k, s in zip(table["key"], table["step"], strict=True)))
+    )
+    local = time.perf_counter() - start
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    frame = session.createDataFrame(table).cache()
+    frame.count()
+    start = time.perf_counter()
+    rows = private_running_counts(frame, keys=names, epsilon=1.0, horizon=steps, generator=NoiseGenerator.from_seed(1)).count()
+    on_spark = time.perf_counter() - start
+    session.stop()
+    return {"keys": keys, "steps": released, "events": events, "local_seconds": local, "spark_seconds": on_spark, "rows": rows}
+
+
 def accuracy(horizons: list[int]) -> list[dict]:
     rows = []
     for n in horizons:
@@ -60,7 +97,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000)
     parser.add_argument("--horizons", type=int, nargs="+", default=[30, 365, 10_000])
     parser.add_argument("--plot", help="write the accuracy figure here (PNG)")
+    parser.add_argument("--spark", action="store_true", help="also time Spark batch on local[2] (the spark extra)")
+    parser.add_argument("--spark-keys", type=int, default=1000)
+    parser.add_argument("--spark-steps", type=int, default=365)
+    parser.add_argument("--spark-events", type=int, default=100_000)
     arguments = parser.parse_args()
+    if arguments.spark:
+        timing = spark_ratio(arguments.spark_keys, arguments.spark_steps, arguments.spark_events)
+        print(
+            f"Spark batch local[2] vs local: {timing['keys']} keys × {timing['steps']} steps, {timing['events']} events: "
+            f"local {timing['local_seconds']:.1f} s, Spark {timing['spark_seconds']:.1f} s, "
+            f"ratio Spark/local {timing['spark_seconds'] / timing['local_seconds']:.2f}"
+        )
     result = throughput(arguments.keys, arguments.steps)
     print(
         f"local engine: {result['keys']} keys × {result['steps']} steps = {result['keys'] * result['steps']:.3g} key-steps, "
