@@ -1,4 +1,5 @@
-"""Keyed private running counts on Apache Spark (the optional extra ``pure-dp-mf[spark]``).
+"""Keyed private running counts on Apache Spark (the optional extra ``pure-dp-mf[spark]``):
+batch (``private_running_counts``) and Structured Streaming (``private_running_counts_stream``).
 
 ``private_running_counts(events, keys=…, epsilon=…, horizon=…)`` takes a DataFrame of events and
 returns a DataFrame with one row (key, step, count, std, lower, upper) per public key and step,
@@ -171,5 +172,126 @@ def _release_key(frame, *, through: int, settings: dict):
             "std": std,
             "lower": lower[0],
             "upper": upper[0],
+        }
+    )
+
+
+STATE_SCHEMA = "total long, released long, pending long"
+
+
+def private_running_counts_stream(
+    events: Any,
+    *,
+    keys: Sequence[str],
+    epsilon: float,
+    horizon: int,
+    key_column: str = "key",
+    step_column: str = "step",
+    value_column: str | None = None,
+    max_value: int = 1,
+    base: str | None = None,
+    metric: str = "maxse",
+    generator: NoiseGenerator | None = None,
+    beta: float = 0.05,
+) -> Any:
+    """Event-level keyed releases from a streaming DataFrame (Spark Structured Streaming), to be
+    written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
+
+    Each micro-batch releases, for every public key, every new step up to the largest step of the
+    batch: the batch's new steps (``dropDuplicates`` on the step: a small state of at most n
+    steps) are cross-joined with the key list so that keys without events are invoked too, and
+    ``groupBy(key).applyInPandasWithState`` keeps each key's counter state in Spark's state
+    store: (running total, steps released, pending), three numbers. The noise of (key, step) is
+    a pure function of the generator and the key, so a micro-batch replayed after a crash
+    releases exactly what it released before; with a replayable source and an idempotent sink
+    (Spark's file sink) no step is released twice or missed. A step is complete when its first
+    micro-batch arrives: events of an already released step, arriving later, are counted at the
+    next step released (they still change one key's input at one step, so the privacy argument is
+    unchanged). Values outside [0, m] stop the query with an ``InvalidInputError``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    keys = check_keys(keys)
+    generator = generator if generator is not None else NoiseGenerator.secure()
+    for flag, name in (("key_column", key_column), ("step_column", step_column), ("value_column", value_column)):
+        if name is not None and name not in events.columns:
+            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
+    template = KeyedCounters(
+        keys=keys[:1], epsilon=epsilon, horizon=horizon, base=base, metric=metric, max_value=max_value, rng=generator
+    )
+    settings = {
+        "epsilon": epsilon,
+        "horizon": horizon,
+        "base": template.base_file,
+        "metric": metric,
+        "max_value": max_value,
+        "privacy_unit": "event",
+        "max_keys": None,
+        "max_per_key": None,
+        "generator": generator.to_record(),
+        "beta": beta,
+    }
+    spark = events.sparkSession
+    value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
+    table = events.select(
+        F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")
+    )
+    key_table = spark.createDataFrame([(key,) for key in keys], "key string")
+    ticks = table.select("step").dropDuplicates(["step"]).crossJoin(F.broadcast(key_table))
+    rows = table.join(F.broadcast(key_table), on="key", how="inner").unionByName(
+        ticks.select("key", "step", F.lit(0).cast("long").alias("value"))
+    )
+    return rows.groupBy("key").applyInPandasWithState(
+        lambda key, frames, state: _release_stream(key, frames, state, settings=settings),
+        RELEASE_SCHEMA,
+        STATE_SCHEMA,
+        "append",
+        GroupStateTimeout.NoTimeout,
+    )
+
+
+def _release_stream(key: tuple, frames, state, *, settings: dict):
+    """One key in one micro-batch: release its new steps; the state is (total, released, pending)."""
+    import pandas as pd
+
+    total, released, pending = state.get if state.exists else (0, 0, 0)
+    data = pd.concat(list(frames))
+    steps, values = data["step"].to_numpy(dtype=np.int64), data["value"].to_numpy(dtype=np.int64)
+    horizon, max_value = settings["horizon"], settings["max_value"]
+    if len(values) and (values.min() < 0 or values.max() > max_value):
+        raise InvalidInputError(f"a value is outside [0, {max_value}]")
+    if len(steps) and (steps.min() < 1 or steps.max() > horizon):
+        raise InvalidInputError(f"a step is outside [1, {horizon}]")
+    top = int(steps.max()) if len(steps) else released
+    late = values[steps <= released].sum()
+    pending = int(pending + late)
+    if top <= released:
+        state.update((int(total), int(released), pending))
+        return
+    increments = np.zeros(top - released, dtype=np.int64)
+    np.add.at(increments, steps[steps > released] - released - 1, values[steps > released])
+    increments[0] += pending
+    counters = KeyedCounters(
+        keys=[str(key[0])],
+        epsilon=settings["epsilon"],
+        horizon=horizon,
+        base=settings["base"],
+        metric=settings["metric"],
+        max_value=max_value,
+        rng=NoiseGenerator.from_record(settings["generator"]),
+    )
+    counts = total + np.cumsum(increments) + counters._batch.noise(released, top)[0]
+    bars = counters.bars(released, top, beta=settings["beta"])
+    lower = np.maximum(np.ceil(counts - bars.half_width).astype(np.int64), 0)
+    upper = np.floor(counts + bars.half_width).astype(np.int64)
+    state.update((int(total + increments.sum()), top, 0))
+    yield pd.DataFrame(
+        {
+            "key": str(key[0]),
+            "step": np.arange(released + 1, top + 1, dtype=np.int64),
+            "count": counts,
+            "std": bars.std,
+            "lower": lower,
+            "upper": upper,
         }
     )
