@@ -30,7 +30,11 @@ step is one numpy pass over all keys.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,12 +42,21 @@ from pathlib import Path
 
 import numpy as np
 
+from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.error_bars import ErrorBarModel, ErrorBars
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
 from pure_dp_mf.lift import LiftedFamily, lift_plan
 from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.stream import exact_decoder, lattice_release
+from pure_dp_mf.stream import (
+    LEDGER_SUFFIX,
+    StateFileError,
+    _claim_generator,
+    _StateLock,
+    base_digest,
+    exact_decoder,
+    lattice_release,
+)
 from pure_dp_mf.validation import check_epsilon, check_size
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
@@ -133,6 +146,7 @@ class KeyedCounters:
         max_per_key: int | None = None,
         rng: NoiseGenerator | None = None,
         chunk: int = 256,
+        lineage: str | None = None,
     ) -> None:
         self.keys = check_keys(keys)
         self.index = {key: i for i, key in enumerate(self.keys)}
@@ -144,6 +158,10 @@ class KeyedCounters:
         self.privacy_unit = privacy_unit
         self.chunk = check_size(chunk, name="chunk")
         self.rng = rng if rng is not None else NoiseGenerator.secure()
+        self.lineage = lineage or uuid.uuid4().hex
+        _claim_generator(self.rng, lineage=self.lineage)  # one generator, one run: noise never reused on other data
+        self.state_path: Path | None = None
+        self._lock: _StateLock | None = None
         if base is None:
             base = _best_lifted_base(horizon=self.horizon, epsilon=self.epsilon, metric=metric)
         self.base_file = str(Path(base).resolve())
@@ -221,10 +239,111 @@ class KeyedCounters:
         increments = np.asarray(increments, dtype=np.int64)
         if increments.shape != self.sums.shape:
             raise InvalidInputError(f"expected {len(self.keys)} increments, got shape {increments.shape}")
-        self.sums += increments
-        counts = self.sums + self._step_noise(self.released)
+        sums = self.sums + increments
+        counts = sums + self._step_noise(self.released)
+        if self.state_path is not None:  # the state first: a crash after it loses no step (``resume``)
+            self._persist(released=self.released + 1, sums=sums)
+        self.sums = sums
         self.released += 1
         return counts
+
+    # ------------------------------------------------------------------ state files
+
+    def _record(self, *, released: int, sums: np.ndarray) -> dict:
+        bounder = None
+        if self.bounder is not None:
+            bounder = {
+                "dropped": self.bounder.dropped,
+                "users": {user: {str(k): v for k, v in keys.items()} for user, keys in self.bounder._keys.items()},
+            }
+        record = {
+            "format": KEYED_STATE_FORMAT,
+            "lineage": self.lineage,
+            "keys_sha256": hashlib.sha256(json.dumps(self.keys).encode()).hexdigest(),
+            "base_sha256": base_digest(_mechanism(self.base_file, self.horizon, self.metric)[0]),
+            "epsilon": self.epsilon.hex(),
+            "horizon": self.horizon,
+            "max_value": self.max_value,
+            "privacy_unit": self.privacy_unit,
+            "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
+            "generator": self.rng.to_record(),
+            "released": int(released),
+            "sums": [int(v) for v in sums],
+            "bounder": bounder,
+            "dropped_unknown": self.dropped_unknown,
+        }
+        record["checksum"] = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+        return record
+
+    def _persist(self, *, released: int, sums: np.ndarray) -> None:
+        """State, then ledger, both atomic (ledger ≤ state on disk, as for one counter)."""
+        assert self.state_path is not None
+        atomic_write_text(self.state_path, json.dumps(self._record(released=released, sums=sums), sort_keys=True))
+        atomic_write_text(
+            self.state_path.with_name(self.state_path.name + LEDGER_SUFFIX),
+            json.dumps({"lineage": self.lineage, "released": int(released)}),
+        )
+
+    def save_state(self, path: str | os.PathLike) -> Path:
+        """Write the state to ``path`` (mode 0600: it holds the generator key), lock it, and keep
+        it current before every later release: a resumed run regenerates any step whose rows were
+        not written (the same values: the noise is a function of the key and the step)."""
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise StateFileError(f"cannot write {path}: folder {path.parent} does not exist")
+        if self._lock is None:
+            self._lock = _StateLock(path)
+        self.state_path = path
+        self._persist(released=self.released, sums=self.sums)
+        return path
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self.state_path = None
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike, *, keys: Iterable[str], **options) -> KeyedCounters:
+        """The keyed run saved in ``path``, bound to it again; ``keys`` and the ``options`` of the
+        constructor (ε, horizon, base, m, privacy unit, bounds) must be those it was made with."""
+        path = Path(path)
+        lock = _StateLock(path)
+        try:
+            record = _read_keyed_state(path)
+            generator = NoiseGenerator.from_record(record["generator"])
+            given = options.pop("rng", None)
+            if given is not None and given.key != generator.key:
+                raise StateFileError(f"{path}: the state was made with another generator (seed)")
+            counters = cls(keys=keys, rng=generator, lineage=record["lineage"], **options)
+            mine = counters._record(released=record["released"], sums=np.array(record["sums"], dtype=np.int64))
+            for name in ("keys_sha256", "base_sha256", "epsilon", "horizon", "max_value", "privacy_unit", "sensitivity"):
+                if mine[name] != record[name]:
+                    raise StateFileError(f"{path}: the state was made with another {name.replace('_sha256', '')}")
+            counters.sums = np.array(record["sums"], dtype=np.int64)
+            counters.released = int(record["released"])
+            counters.dropped_unknown = int(record["dropped_unknown"])
+            if counters.bounder is not None and record["bounder"] is not None:
+                counters.bounder.dropped = int(record["bounder"]["dropped"])
+                counters.bounder._keys = {
+                    user: {int(k): list(v) for k, v in entries.items()} for user, entries in record["bounder"]["users"].items()
+                }
+            counters.state_path, counters._lock = path, lock
+            return counters
+        except BaseException:
+            lock.release()
+            raise
+
+    def step_rows(self, step: int, *, beta: float):
+        """(counts, std, lower, upper) of the 1-based step ``step`` = the last released one, from
+        the state (to complete an output file after a crash: the same values, no new noise)."""
+        if step != self.released or step < 1:
+            raise InvalidInputError(f"only the last released step ({self.released}) can be regenerated")
+        counts = self.sums + self._batch.noise(step - 1, step)[:, 0]
+        bars = self.bars(step - 1, step, beta=beta)
+        lower = np.maximum(np.ceil(counts - bars.half_width[0]).astype(np.int64), 0)
+        upper = np.floor(counts + bars.half_width[0]).astype(np.int64)
+        return counts, float(bars.std[0]), lower, upper
 
     def release_all(self, increments: np.ndarray, *, beta: float = 0.05):
         """Release steps 1 … s at once from ``increments`` of shape (keys, s) (the first s
@@ -261,6 +380,35 @@ class KeyedCounters:
                 raise InvalidInputError("user-level privacy needs the user of every event")
             value = self.bounder.admit(user, index, step, value)
         return index, value
+
+
+KEYED_STATE_FORMAT = "pure_dp_mf.keyed_state/1"
+
+
+def _read_keyed_state(path: Path) -> dict:
+    """Read and check a keyed state file and its ledger; every problem is a ``StateFileError``."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise StateFileError(f"{path}: cannot read the keyed state ({type(error).__name__})") from None
+    if not isinstance(record, dict) or record.get("format") != KEYED_STATE_FORMAT:
+        raise StateFileError(f"{path}: not a keyed state file")
+    body = {key: value for key, value in record.items() if key != "checksum"}
+    if record.get("checksum") != hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest():
+        raise StateFileError(f"{path}: corrupted state file (checksum mismatch)")
+    ledger_path = path.with_name(path.name + LEDGER_SUFFIX)
+    if ledger_path.exists():
+        try:
+            ledger = json.loads(ledger_path.read_text(encoding="utf-8"))
+            if ledger["lineage"] != record["lineage"]:
+                raise StateFileError(f"{ledger_path}: the release ledger belongs to another run")
+            if int(ledger["released"]) > int(record["released"]):
+                raise StateFileError(f"{path}: stale state: resuming would release steps again")
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StateFileError(f"{ledger_path}: corrupted release ledger") from None
+    elif int(record["released"]) > 0:
+        raise StateFileError(f"{path}: the release ledger is missing; resuming could release steps again")
+    return record
 
 
 @functools.lru_cache(maxsize=4)
@@ -330,6 +478,8 @@ def run_keyed(counters: KeyedCounters, events: Iterable[KeyedEvent], *, beta: fl
             raise InvalidInputError(f"event {number}: step {event.step} is outside [1, {counters.horizon}]")
         if current is not None and event.step < current:
             raise InvalidInputError(f"event {number}: step {event.step} goes backwards (after step {current})")
+        if current is None and event.step <= counters.released:
+            continue  # a resumed run reads its input again from the beginning: these steps are released
         if not 0 <= event.value <= counters.max_value:
             raise InvalidInputError(f"event {number}: value {event.value} is outside [0, {counters.max_value}]")
         if event.step > counters.released + 1:  # every earlier step, with or without events, is complete

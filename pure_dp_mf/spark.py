@@ -49,6 +49,7 @@ def private_running_counts(
     metric: str = "maxse",
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
+    lineage: str | None = None,
 ) -> Any:
     """The releases of every key at steps 1 … ``through`` (default: the last step of the events)
     as a Spark DataFrame (see the module docstring). Raises ``InvalidInputError`` for a missing
@@ -80,6 +81,7 @@ def private_running_counts(
         max_keys=max_keys,
         max_per_key=max_per_key,
         rng=generator,
+        lineage=lineage,
     )
     settings = {
         "epsilon": epsilon,
@@ -92,6 +94,7 @@ def private_running_counts(
         "max_per_key": max_per_key,
         "generator": generator.to_record(),
         "beta": beta,
+        "lineage": template.lineage,  # one run: every key's counter shares the run's generator and lineage
     }
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
     columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
@@ -158,6 +161,7 @@ def _release_key(frame, *, through: int, settings: dict):
         max_keys=settings["max_keys"],
         max_per_key=settings["max_per_key"],
         rng=NoiseGenerator.from_record(settings["generator"]),
+        lineage=settings["lineage"],
     )
     increments = np.zeros((1, through), dtype=np.int64)
     for step, value in zip(frame["step"], frame["value"], strict=True):
@@ -193,6 +197,7 @@ def private_running_counts_stream(
     metric: str = "maxse",
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
+    lineage: str | None = None,
 ) -> Any:
     """Event-level keyed releases from a streaming DataFrame (Spark Structured Streaming), to be
     written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
@@ -217,7 +222,14 @@ def private_running_counts_stream(
         if name is not None and name not in events.columns:
             raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
     template = KeyedCounters(
-        keys=keys[:1], epsilon=epsilon, horizon=horizon, base=base, metric=metric, max_value=max_value, rng=generator
+        keys=keys[:1],
+        epsilon=epsilon,
+        horizon=horizon,
+        base=base,
+        metric=metric,
+        max_value=max_value,
+        rng=generator,
+        lineage=lineage,
     )
     settings = {
         "epsilon": epsilon,
@@ -230,6 +242,7 @@ def private_running_counts_stream(
         "max_per_key": None,
         "generator": generator.to_record(),
         "beta": beta,
+        "lineage": template.lineage,  # one run: every key's counter shares the run's generator and lineage
     }
     spark = events.sparkSession
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
@@ -279,6 +292,7 @@ def _release_stream(key: tuple, frames, state, *, settings: dict):
         metric=settings["metric"],
         max_value=max_value,
         rng=NoiseGenerator.from_record(settings["generator"]),
+        lineage=settings["lineage"],
     )
     counts = total + np.cumsum(increments) + counters._batch.noise(released, top)[0]
     bars = counters.bars(released, top, beta=settings["beta"])

@@ -20,6 +20,7 @@ from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, KeyedEvent, che
 from pure_dp_mf.lift import LiftedFamily, explicit_lift, lift_plan
 from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
+from pure_dp_mf.stream import StateFileError
 from pure_dp_mf.trees import tree_factorization
 
 BASE = BASE_FOLDER / "k004_maxse.npz"
@@ -210,3 +211,49 @@ def test_releases_are_the_true_running_counts_plus_each_keys_noise():
     noise = np.array([release.noise(0, last) for release in counters._releases])
     assert [step for step, *_ in released] == list(range(1, last + 1))
     assert np.array([counts for _, counts, *_ in released]).T.tolist() == (truth + noise).tolist()
+
+
+def test_count_keyed_state_resumes_and_completes_the_output(tmp_path):
+    rows = [
+        ("u1", "de", 1, 2),
+        ("u2", "fr", 2, 1),
+        ("u1", "de", 3, 1),
+        ("u3", "it", 5, 3),
+        ("u2", "de", 6, 1),
+        ("u4", "fr", 8, 2),
+    ]
+    _write(tmp_path, rows)
+    whole = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--output", str(tmp_path / "whole.csv"))
+    assert whole.returncode == 0, whole.stderr
+    expected = (tmp_path / "whole.csv").read_text()
+    state = ["--column", "value", "--max-value", "3", "--state", str(tmp_path / "s.json"), "--output", str(tmp_path / "out.csv")]
+    _write(tmp_path, rows[:3])  # the first run sees steps 1 … 3 only
+    assert _keyed(tmp_path, *state).returncode == 0
+    lines = (tmp_path / "out.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "out.csv").write_text("".join(lines[:-3]) + "de,3,")  # the rows of step 3 lost, a partial line
+    _write(tmp_path, rows)
+    resumed = _keyed(tmp_path, *state)
+    assert resumed.returncode == 0 and "resuming after step 3" in resumed.stderr, resumed.stderr
+    assert (tmp_path / "out.csv").read_text().splitlines()[1:] == expected.splitlines()[1:]
+    other_keys = _keyed(tmp_path, *state[:-2])  # stdout; same state
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    refused = _keyed(tmp_path, *state)
+    assert refused.returncode == 2 and "another keys" in refused.stderr
+    assert other_keys.returncode == 0
+
+
+def test_keyed_state_refuses_stale_copies_and_second_runs(tmp_path):
+    counters = _counters(["a", "b"])
+    counters.save_state(tmp_path / "s.json")
+    with pytest.raises(StateFileError, match="in use"):
+        KeyedCounters.resume(tmp_path / "s.json", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
+    old = (tmp_path / "s.json").read_text()
+    counters.release(np.zeros(2, dtype=np.int64))
+    counters.close()
+    (tmp_path / "s.json").write_text(old)  # a backup restored: its steps were released since
+    with pytest.raises(StateFileError, match="stale"):
+        KeyedCounters.resume(tmp_path / "s.json", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
+    generator = NoiseGenerator.secure()
+    KeyedCounters(keys=["a"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
+    with pytest.raises(InvalidInputError, match="already feeds another counter"):
+        KeyedCounters(keys=["b"], epsilon=1.0, horizon=60, base=BASE, rng=generator)

@@ -200,9 +200,9 @@ def count(
 
     With --key-column: private running counts of every public key at every step (docs/streaming.md)."""
     if key_column is not None:
-        if state is not None or certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
+        if certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
             raise InvalidInputError(
-                "--key-column runs lifted bases: no --state, --certificate, --dimension, --monotone or tree --mechanism"
+                "--key-column runs lifted bases: no --certificate, --dimension, --monotone or tree --mechanism"
             )
         from pure_dp_mf.cli.count_keyed import count_keyed
 
@@ -226,6 +226,7 @@ def count(
             output_format="csv" if output_format == "plain" else output_format,
             beta=beta,
             engine=engine,
+            state=state,
         )
         return
     if engine != "local":

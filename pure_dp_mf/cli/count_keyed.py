@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from pure_dp_mf.cli.app import error_console
 from pure_dp_mf.errors import InvalidInputError
@@ -91,6 +92,7 @@ def count_keyed(
     output_format: str,
     beta: float,
     engine: str = "local",
+    state: Path | None = None,
 ) -> None:
     if keys_file is None:
         raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
@@ -102,8 +104,11 @@ def count_keyed(
         raise InvalidInputError("--privacy-unit user needs --user-column NAME")
     if output_format not in KEYED_FORMATS:
         raise InvalidInputError(f"--format for keyed counts must be csv or jsonl, got {output_format!r}")
-    if output is not None and output.exists() and output.stat().st_size > 0:
+    resumed = state is not None and state.exists()
+    if output is not None and output.exists() and output.stat().st_size > 0 and not resumed:
         raise InvalidInputError(f"--output {output} already exists and is not empty")
+    if state is not None and engine != "local":
+        raise InvalidInputError("--state is for the local engine (Spark keeps its state in its checkpoint)")
     keys = read_keys(keys_file)
     if engine == "spark":
         _count_on_spark(
@@ -129,47 +134,62 @@ def count_keyed(
         return
     if engine != "local":
         raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
-    counters = KeyedCounters(
-        keys=keys,
-        epsilon=epsilon,
-        horizon=horizon,
-        base=base,
-        metric=metric,
-        max_value=max_value,
-        privacy_unit=privacy_unit,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-        rng=NoiseGenerator.from_seed(seed) if seed is not None else None,
-    )
+    options: dict[str, Any] = {
+        "epsilon": epsilon,
+        "horizon": horizon,
+        "base": base,
+        "metric": metric,
+        "max_value": max_value,
+        "privacy_unit": privacy_unit,
+        "max_keys": max_keys,
+        "max_per_key": max_per_key,
+        "rng": NoiseGenerator.from_seed(seed) if seed is not None else None,
+    }
+    if resumed:
+        assert state is not None
+        counters = KeyedCounters.resume(state, keys=keys, **options)
+        error_console.print(f"resuming after step {counters.released}", markup=False)
+    else:
+        counters = KeyedCounters(keys=keys, **options)
     summary = {**counters.summary(), "beta": beta}
     error_console.print(f"keyed counts: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
     if counters.rng.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
-    source = open(input_file, encoding="utf-8", newline="") if input_file is not None else sys.stdin
-    sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
-    try:
+    header = (
+        "# " + json.dumps(summary, ensure_ascii=False) + "\nkey,step,count,std,lower,upper\n"
+        if output_format == "csv"
+        else json.dumps({"header": summary}, ensure_ascii=False) + "\n"
+    )
+
+    def rows(step: int, counts, std: float, lower, upper) -> str:
+        records = zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
         if output_format == "csv":
-            sink.write("# " + json.dumps(summary, ensure_ascii=False) + "\nkey,step,count,std,lower,upper\n")
-        else:
-            sink.write(json.dumps({"header": summary}, ensure_ascii=False) + "\n")
+            return "".join(f"{_csv_field(key)},{step},{c},{std:.6g},{lo},{hi}\n" for key, c, lo, hi in records)
+        return "".join(
+            json.dumps({"key": key, "step": step, "count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi}) + "\n"
+            for key, c, lo, hi in records
+        )
+
+    if state is not None and not resumed:
+        counters.save_state(state)
+    source = open(input_file, encoding="utf-8", newline="") if input_file is not None else sys.stdin
+    if output is not None and resumed:
+        sink = _reopen_output(output, counters=counters, header=header, rows=rows, beta=beta)
+    else:
+        sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
+        if not resumed:
+            sink.write(header)
+    try:
         events = _events(
             source, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column
         )
         for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
-            if output_format == "csv":
-                text = "".join(
-                    f"{_csv_field(key)},{step},{c},{std:.6g},{lo},{hi}\n"
-                    for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
-                )
-            else:
-                text = "".join(
-                    json.dumps({"key": key, "step": step, "count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi})
-                    + "\n"
-                    for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
-                )
-            sink.write(text)
+            sink.write(rows(step, counts, std, lower, upper))
             sink.flush()
+            if output is not None and state is not None:
+                os.fsync(sink.fileno())
     finally:
+        counters.close()
         if input_file is not None:
             source.close()
         if output is not None:
@@ -212,9 +232,12 @@ def _count_on_spark(
         .appName("pure-dp-mf count")
         .getOrCreate()
     )
+    import uuid
+
     generator = NoiseGenerator.from_seed(seed) if seed is not None else NoiseGenerator.secure()
+    lineage = uuid.uuid4().hex
     frame = session.read.csv(str(input_file), header=True)
-    released = private_running_counts(frame, keys=keys, generator=generator, **options).toPandas()
+    released = private_running_counts(frame, keys=keys, generator=generator, lineage=lineage, **options).toPandas()
     order = {key: i for i, key in enumerate(keys)}
     released = released.assign(order=released["key"].map(order)).sort_values(["step", "order"])
     template = KeyedCounters(
@@ -228,6 +251,7 @@ def _count_on_spark(
         max_keys=options["max_keys"],
         max_per_key=options["max_per_key"],
         rng=generator,
+        lineage=lineage,
     )
     summary = {**template.summary(), "keys": len(keys), "beta": options["beta"], "engine": "spark"}
     sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
@@ -244,3 +268,25 @@ def _count_on_spark(
     finally:
         if output is not None:
             sink.close()
+
+
+def _reopen_output(output: Path, *, counters: KeyedCounters, header: str, rows, beta: float) -> IO[str]:
+    """The output of a resumed run: complete lines of whole steps are kept, a partial step or line
+    is cut, and the last released step's rows, if missing, are regenerated from the state (the
+    same values: no new noise)."""
+    text = output.read_text(encoding="utf-8") if output.exists() else ""
+    header_lines = header.count("\n")
+    lines = text[: text.rfind("\n") + 1].splitlines(keepends=True)
+    body = lines[header_lines:] if len(lines) >= header_lines else []
+    steps = len(body) // len(counters.keys)
+    if not counters.released - 1 <= steps <= counters.released:
+        raise InvalidInputError(f"--output {output} holds {steps} steps but the state has released {counters.released}")
+    kept = "".join(lines[:header_lines]) if len(lines) >= header_lines else header
+    kept += "".join(body[: steps * len(counters.keys)])
+    sink = open(output, "w", encoding="utf-8")
+    sink.write(kept)
+    if steps < counters.released:
+        sink.write(rows(counters.released, *counters.step_rows(counters.released, beta=beta)))
+    sink.flush()
+    os.fsync(sink.fileno())
+    return sink
