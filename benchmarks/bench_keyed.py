@@ -80,6 +80,54 @@ def spark_ratio(keys: int, steps: int, events: int) -> dict:
     return {"keys": keys, "steps": released, "events": events, "local_seconds": local, "spark_seconds": on_spark, "rows": rows}
 
 
+def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: str) -> dict:
+    """Spark Structured Streaming on local[2]: one file per step, one micro-batch per file; the
+    per-micro-batch wall time (``triggerExecution``) of the query's progress reports."""
+    import os
+    import shutil
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from pure_dp_mf.spark import private_running_counts_stream
+
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(f"{folder}/in")
+    rng = np.random.default_rng(0)
+    for step in range(1, steps + 1):
+        chosen = rng.integers(0, keys, events_per_step)
+        path = f"{folder}/in/step{step:05d}.csv"
+        with open(path, "w") as handle:
+            handle.write("key,step\n" + "".join(f"key{k},{step}\n" for k in chosen))
+        os.utime(path, (1_000_000 + step, 1_000_000 + step))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    stream = session.readStream.schema("key string, step long").option("header", True).option("maxFilesPerTrigger", 1)
+    released = private_running_counts_stream(
+        stream.csv(f"{folder}/in"),
+        keys=[f"key{i}" for i in range(keys)],
+        epsilon=1.0,
+        horizon=max(steps, 2),
+        generator=NoiseGenerator.from_seed(2),
+    )
+    query = (
+        released.writeStream.format("parquet")
+        .option("path", f"{folder}/out")
+        .option("checkpointLocation", f"{folder}/checkpoint")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    durations = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"] > 0]
+    session.stop()
+    return {"keys": keys, "batches": len(durations), "median_seconds": float(np.median(durations)), "max_seconds": max(durations)}
+
+
 def accuracy(horizons: list[int]) -> list[dict]:
     rows = []
     for n in horizons:
@@ -101,7 +149,19 @@ def main() -> None:
     parser.add_argument("--spark-keys", type=int, default=1000)
     parser.add_argument("--spark-steps", type=int, default=365)
     parser.add_argument("--spark-events", type=int, default=100_000)
+    parser.add_argument("--spark-stream", action="store_true", help="time Spark Structured Streaming micro-batches")
+    parser.add_argument("--stream-keys", type=int, default=10_000)
+    parser.add_argument("--stream-steps", type=int, default=12)
+    parser.add_argument("--stream-folder", default="/tmp/pure_dp_mf_bench_stream")
     arguments = parser.parse_args()
+    if arguments.spark_stream:
+        latency = spark_stream_latency(
+            arguments.stream_keys, arguments.stream_steps, 10 * arguments.stream_keys, arguments.stream_folder
+        )
+        print(
+            f"Spark streaming local[2]: {latency['keys']} keys, {latency['batches']} micro-batches of one step: "
+            f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s"
+        )
     if arguments.spark:
         timing = spark_ratio(arguments.spark_keys, arguments.spark_steps, arguments.spark_events)
         print(

@@ -257,3 +257,29 @@ def test_keyed_state_refuses_stale_copies_and_second_runs(tmp_path):
     KeyedCounters(keys=["a"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
     with pytest.raises(InvalidInputError, match="already feeds another counter"):
         KeyedCounters(keys=["b"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
+
+
+def test_count_keyed_parquet_in_and_out_match_csv(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow
+    import pyarrow.parquet
+
+    rows = [("u1", "de", 1, 2), ("u2", "fr", 2, 1), ("u1", "de", 3, 1), ("u3", "xx", 3, 1)]
+    _write(tmp_path, rows)
+    table = pyarrow.table({name: [row[i] for row in rows] for i, name in enumerate(["uid", "country", "day", "value"])})
+    pyarrow.parquet.write_table(table, tmp_path / "events.parquet")
+    options = ["--column", "value", "--max-value", "2"]
+    as_csv = _keyed(tmp_path, *options, "--format", "csv")
+    arguments = ["count", str(tmp_path / "events.parquet"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
+    arguments += ["--step-column", "day", "--epsilon", "1", "--horizon", "30", "--seed", "4", *options]
+    as_parquet = run_cli(*arguments, "--format", "parquet", "--output", str(tmp_path / "out.parquet"))
+    assert as_csv.returncode == 0 and as_parquet.returncode == 0, as_parquet.stderr
+    written = pyarrow.parquet.read_table(tmp_path / "out.parquet")
+    assert json.loads(written.schema.metadata[b"pure_dp_mf"])["privacy_unit"] == "event"
+    expected = list(csv.DictReader(io.StringIO("\n".join(as_csv.stdout.splitlines()[1:]))))
+    got = written.to_pylist()
+    assert [(r["key"], r["step"], r["count"], r["lower"], r["upper"]) for r in got] == [
+        (r["key"], int(r["step"]), int(r["count"]), int(r["lower"]), int(r["upper"])) for r in expected
+    ]
+    refused = run_cli(*arguments, "--format", "parquet")
+    assert refused.returncode == 2 and "--format parquet needs --output" in refused.stderr

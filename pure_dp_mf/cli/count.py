@@ -168,7 +168,7 @@ def count(
     output_format: str = typer.Option(
         "plain",
         "--format",
-        help="plain (one count per line), csv or jsonl (step, count, std, lower, upper: a guaranteed 1 − β interval)",
+        help="plain (one count per line), csv or jsonl (step, count, std, lower, upper: a guaranteed 1 − β interval); parquet for keyed counts",
     ),
     beta: float = typer.Option(
         0.05, "--beta", help="with csv/jsonl: each interval holds the true count with probability ≥ 1 − β"

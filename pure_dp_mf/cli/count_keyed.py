@@ -18,7 +18,30 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
 from pure_dp_mf.noise import NoiseGenerator
 
-KEYED_FORMATS = ("csv", "jsonl")
+KEYED_FORMATS = ("csv", "jsonl", "parquet")
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise InvalidInputError("Parquet needs pyarrow: pip install 'pure-dp-mf[parquet]'") from None
+    return pyarrow
+
+
+def _parquet_rows(path: Path) -> Iterator[list[str]]:
+    """The rows of a Parquet file as CSV-like string fields, the header first."""
+    pyarrow = _pyarrow()
+    try:
+        table = pyarrow.parquet.ParquetFile(path)
+    except (OSError, pyarrow.ArrowInvalid) as error:
+        raise InvalidInputError(f"{path}: not a Parquet file ({error})") from None
+    yield list(table.schema_arrow.names)
+    for batch in table.iter_batches():
+        columns = [column.to_pylist() for column in batch.columns]
+        for row in zip(*columns, strict=True):
+            yield ["" if value is None else str(value) for value in row]
 
 
 def read_keys(path: Path) -> list[str]:
@@ -38,9 +61,14 @@ def read_keys(path: Path) -> list[str]:
 
 
 def _events(
-    source: IO[str], *, key_column: str, step_column: str, value_column: str | None, user_column: str | None
+    source: IO[str] | Iterator[list[str]],
+    *,
+    key_column: str,
+    step_column: str,
+    value_column: str | None,
+    user_column: str | None,
 ) -> Iterator[KeyedEvent]:
-    reader = csv.reader(source)
+    reader: Iterator[list[str]] = csv.reader(source) if hasattr(source, "read") else source  # type: ignore[arg-type,assignment]
     try:
         header = [name.strip().lstrip("\ufeff") for name in next(reader)]
     except StopIteration:
@@ -107,6 +135,8 @@ def count_keyed(
     resumed = state is not None and state.exists()
     if output is not None and output.exists() and output.stat().st_size > 0 and not resumed:
         raise InvalidInputError(f"--output {output} already exists and is not empty")
+    if output_format == "parquet" and (output is None or state is not None):
+        raise InvalidInputError("--format parquet needs --output FILE and no --state (Parquet files are written whole)")
     if state is not None and engine != "local":
         raise InvalidInputError("--state is for the local engine (Spark keeps its state in its checkpoint)")
     keys = read_keys(keys_file)
@@ -172,6 +202,18 @@ def count_keyed(
 
     if state is not None and not resumed:
         counters.save_state(state)
+    if output_format == "parquet":
+        assert output is not None
+        _write_parquet(
+            output,
+            counters=counters,
+            keys=keys,
+            summary=summary,
+            events=_open_events(input_file, key_column, step_column, value_column, user_column),
+            beta=beta,
+        )
+        _report_dropped(counters)
+        return
     source = open(input_file, encoding="utf-8", newline="") if input_file is not None else sys.stdin
     if output is not None and resumed:
         sink = _reopen_output(output, counters=counters, header=header, rows=rows, beta=beta)
@@ -180,8 +222,9 @@ def count_keyed(
         if not resumed:
             sink.write(header)
     try:
+        rows_in = _parquet_rows(input_file) if input_file is not None and input_file.suffix == ".parquet" else source
         events = _events(
-            source, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column
+            rows_in, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column
         )
         for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
             sink.write(rows(step, counts, std, lower, upper))
@@ -194,14 +237,7 @@ def count_keyed(
             source.close()
         if output is not None:
             sink.close()
-    dropped = counters.dropped
-    error_console.print(
-        f"operator log (not private, never publish): {dropped['unknown_key']} events with unknown keys dropped, "
-        f"{dropped['over_bounds']} events (or parts) over the contribution bounds dropped",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    _report_dropped(counters)
 
 
 def _csv_field(text: str) -> str:
@@ -290,3 +326,36 @@ def _reopen_output(output: Path, *, counters: KeyedCounters, header: str, rows, 
     sink.flush()
     os.fsync(sink.fileno())
     return sink
+
+
+def _report_dropped(counters: KeyedCounters) -> None:
+    dropped = counters.dropped
+    error_console.print(
+        f"operator log (not private, never publish): {dropped['unknown_key']} events with unknown keys dropped, "
+        f"{dropped['over_bounds']} events (or parts) over the contribution bounds dropped",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _open_events(input_file: Path | None, key_column, step_column, value_column, user_column) -> Iterator[KeyedEvent]:
+    rows: Iterator[list[str]] | IO[str]
+    if input_file is not None and input_file.suffix == ".parquet":
+        rows = _parquet_rows(input_file)
+    else:
+        rows = open(input_file, encoding="utf-8", newline="") if input_file is not None else sys.stdin
+    return _events(rows, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
+
+
+def _write_parquet(output: Path, *, counters: KeyedCounters, keys: list[str], summary: dict, events, beta: float) -> None:
+    """One row group per step: key, step, count, std, lower, upper; the summary in the file's
+    key-value metadata ("pure_dp_mf")."""
+    pyarrow = _pyarrow()
+    fields = [("key", pyarrow.string()), ("step", pyarrow.int64()), ("count", pyarrow.int64())]
+    fields += [("std", pyarrow.float64()), ("lower", pyarrow.int64()), ("upper", pyarrow.int64())]
+    schema = pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
+    with pyarrow.parquet.ParquetWriter(output, schema) as writer:
+        for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
+            columns = [keys, [step] * len(keys), counts.tolist(), [std] * len(keys), lower.tolist(), upper.tolist()]
+            writer.write_table(pyarrow.Table.from_arrays([pyarrow.array(c) for c in columns], schema=schema))
