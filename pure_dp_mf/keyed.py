@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 import uuid
 from collections.abc import Iterable, Sequence
@@ -46,6 +45,7 @@ from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.error_bars import ErrorBarModel, ErrorBars
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.lattice import decide_roundings
 from pure_dp_mf.lift import LiftedFamily, lift_plan
 from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.stream import (
@@ -534,19 +534,9 @@ class _BatchRelease:
 
     def noise(self, start: int, stop: int) -> np.ndarray:
         """Shape (keys, stop − start), int64."""
-        values = self.engine.values(start, stop)  # (steps, keys)
-        bound = self.decoder.error_bound(
-            terms=self.engine.levels, largest=self.source.largest, largest_norm=self.source.largest_norm
+        out, decided = decide_roundings(
+            self.engine.values(start, stop), engine=self.engine, decoder=self.decoder, source=self.source
         )
-        g = self.decoder.grid_bits
-        r = np.ldexp(values, -g) + 0.5
-        n = np.floor(r)
-        margin = np.minimum(r - n, n + 1 - r)
-        slack = math.ldexp(bound, -g) + 2.0**-50 * (np.abs(r) + 1)
-        decided = (margin > slack) & np.isfinite(r)
-        if not self.source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
-            decided[:] = False
-        out = n.astype(np.int64)
         for step, key in np.argwhere(~decided):
             out[step, key] = self.releases[key].exact_value(start + int(step))
             self.fallbacks += 1

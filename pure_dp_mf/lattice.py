@@ -279,6 +279,24 @@ class LatticeSource:
         return np.stack([self.block(offset, size) for offset in offsets]) if offsets else np.zeros((0, size))
 
 
+def decide_roundings(values: np.ndarray, *, engine, decoder: ExactDecoder, source) -> tuple[np.ndarray, np.ndarray]:
+    """(⌊2^-g·v + ½⌋ as int64, the mask of entries decided): v ≈ (L̄_p·Y)_t in float64 (any shape),
+    an entry decided when its distance to the rounding boundary exceeds the proven error bound of
+    v (``ExactDecoder.error_bound`` for the largest noise the source has drawn) plus the float
+    error of forming 2^-g·v + ½; nothing is decided when a noise value was not exact in float64
+    or a result reaches 2^52. Undecided entries must be computed in rationals."""
+    bound = decoder.error_bound(terms=engine.levels, largest=source.largest, largest_norm=source.largest_norm)
+    g = decoder.grid_bits
+    r = np.ldexp(values, -g) + 0.5
+    n = np.floor(r)
+    margin = np.minimum(r - n, n + 1 - r)
+    slack = math.ldexp(bound, -g) + 2.0**-50 * (np.abs(r) + 1)
+    decided = (margin > slack) & np.isfinite(r)
+    if not source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
+        decided[:] = False
+    return n.astype(np.int64), decided
+
+
 def round_half_up(value: Fraction) -> int:
     """⌊value + ½⌋ exactly."""
     return math.floor(value + Fraction(1, 2))
@@ -295,19 +313,9 @@ class ExactRelease:
         self._solved: OrderedDict[tuple[int, int], list[Fraction]] = OrderedDict()
 
     def noise(self, start: int, stop: int) -> np.ndarray:
-        values = self.engine.values(start, stop)  # v ≈ (L̄_p·Y)_t in float64
-        bound = self.decoder.error_bound(
-            terms=self.engine.levels, largest=self.source.largest, largest_norm=self.source.largest_norm
+        out, decided = decide_roundings(
+            self.engine.values(start, stop), engine=self.engine, decoder=self.decoder, source=self.source
         )
-        g = self.decoder.grid_bits
-        r = np.ldexp(values, -g) + 0.5
-        n = np.floor(r)
-        margin = np.minimum(r - n, n + 1 - r)
-        slack = math.ldexp(bound, -g) + 2.0**-50 * (np.abs(r) + 1)
-        decided = (margin > slack) & np.isfinite(r)
-        if not self.source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
-            decided[:] = False
-        out = n.astype(np.int64)
         for index in np.flatnonzero(~decided):
             out[index] = self.exact_value(start + int(index))
             self.fallbacks += 1

@@ -143,6 +143,7 @@ STRATEGIES = [
     lambda n: toeplitz.ToeplitzStrategy(coefficients=toeplitz.square_root_coefficients(5), n=n, name="banded"),
     lambda n: toeplitz.BufferedToeplitz(decay=np.array([0.95, 0.4]), scale=np.array([0.25, 0.2])).strategy(n),
     lambda n: toeplitz.bisr(n=n, bands=4),
+    lambda n: toeplitz.optimize_banded(n=n, bands=4, schema=MinSeparation(max_participations=2, separation=n // 2, n=n)).strategy,
 ]
 
 

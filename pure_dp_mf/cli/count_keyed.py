@@ -131,40 +131,16 @@ def count_keyed(
     if privacy_unit == "user" and user_column is None:
         raise InvalidInputError("--privacy-unit user needs --user-column NAME")
     if output_format not in KEYED_FORMATS:
-        raise InvalidInputError(f"--format for keyed counts must be csv or jsonl, got {output_format!r}")
+        raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
     resumed = state is not None and state.exists()
     if output is not None and output.exists() and output.stat().st_size > 0 and not resumed:
         raise InvalidInputError(f"--output {output} already exists and is not empty")
     if output_format == "parquet" and (output is None or state is not None):
         raise InvalidInputError("--format parquet needs --output FILE and no --state (Parquet files are written whole)")
-    if state is not None and engine != "local":
-        raise InvalidInputError("--state is for the local engine (Spark keeps its state in its checkpoint)")
+    if engine != "local" and (state is not None or output_format == "parquet"):
+        raise InvalidInputError("--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)")
     keys = read_keys(keys_file)
-    if engine == "spark":
-        _count_on_spark(
-            input_file=input_file,
-            keys=keys,
-            key_column=key_column,
-            step_column=step_column,
-            value_column=value_column,
-            user_column=user_column,
-            privacy_unit=privacy_unit,
-            max_keys=max_keys,
-            max_per_key=max_per_key,
-            max_value=max_value,
-            epsilon=epsilon,
-            horizon=horizon,
-            base=base,
-            metric=metric,
-            seed=seed,
-            output=output,
-            output_format=output_format,
-            beta=beta,
-        )
-        return
-    if engine != "local":
-        raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
-    options: dict[str, Any] = {
+    mechanism: dict[str, Any] = {
         "epsilon": epsilon,
         "horizon": horizon,
         "base": base,
@@ -173,8 +149,27 @@ def count_keyed(
         "privacy_unit": privacy_unit,
         "max_keys": max_keys,
         "max_per_key": max_per_key,
-        "rng": NoiseGenerator.from_seed(seed) if seed is not None else None,
     }
+    if engine == "spark":
+        _count_on_spark(
+            input_file=input_file,
+            keys=keys,
+            columns={
+                "key_column": key_column,
+                "step_column": step_column,
+                "value_column": value_column,
+                "user_column": user_column,
+            },
+            mechanism=mechanism,
+            seed=seed,
+            output=output,
+            output_format=output_format,
+            beta=beta,
+        )
+        return
+    if engine != "local":
+        raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
+    options = {**mechanism, "rng": NoiseGenerator.from_seed(seed) if seed is not None else None}
     if resumed:
         assert state is not None
         counters = KeyedCounters.resume(state, keys=keys, **options)
@@ -247,11 +242,20 @@ def _csv_field(text: str) -> str:
 
 
 def _count_on_spark(
-    *, input_file: Path | None, keys: list[str], output: Path | None, output_format: str, seed: int | None, **options
+    *,
+    input_file: Path | None,
+    keys: list[str],
+    columns: dict,
+    mechanism: dict,
+    seed: int | None,
+    output: Path | None,
+    output_format: str,
+    beta: float,
 ) -> None:
     """The same releases through ``pure_dp_mf.spark`` on a SparkSession (master from
     ``PURE_DP_MF_SPARK_MASTER``, default local[2]); written in step order, keys in list order."""
     import os
+    import uuid
 
     if input_file is None:
         raise InvalidInputError("--engine spark reads the events from a file: give the input file")
@@ -268,28 +272,16 @@ def _count_on_spark(
         .appName("pure-dp-mf count")
         .getOrCreate()
     )
-    import uuid
-
     generator = NoiseGenerator.from_seed(seed) if seed is not None else NoiseGenerator.secure()
     lineage = uuid.uuid4().hex
     frame = session.read.csv(str(input_file), header=True)
-    released = private_running_counts(frame, keys=keys, generator=generator, lineage=lineage, **options).toPandas()
+    released = private_running_counts(
+        frame, keys=keys, generator=generator, lineage=lineage, beta=beta, **columns, **mechanism
+    ).toPandas()
     order = {key: i for i, key in enumerate(keys)}
     released = released.assign(order=released["key"].map(order)).sort_values(["step", "order"])
-    template = KeyedCounters(
-        keys=keys[:1],
-        epsilon=options["epsilon"],
-        horizon=options["horizon"],
-        base=options["base"],
-        metric=options["metric"],
-        max_value=options["max_value"],
-        privacy_unit=options["privacy_unit"],
-        max_keys=options["max_keys"],
-        max_per_key=options["max_per_key"],
-        rng=generator,
-        lineage=lineage,
-    )
-    summary = {**template.summary(), "keys": len(keys), "beta": options["beta"], "engine": "spark"}
+    template = KeyedCounters(keys=keys[:1], rng=generator, lineage=lineage, **mechanism)
+    summary = {**template.summary(), "keys": len(keys), "beta": beta, "engine": "spark"}
     sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
     try:
         if output_format == "csv":

@@ -37,7 +37,7 @@ import torch
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.honaker import HonakerMechanism, HonakerNoiseStream
 from pure_dp_mf.gaussian.stamping import Mechanism, StampedMechanism
-from pure_dp_mf.gaussian.toeplitz import ToeplitzStrategy
+from pure_dp_mf.gaussian.toeplitz import BandedStrategy, ToeplitzStrategy
 from pure_dp_mf.validation import check_positive, check_size
 
 DEFAULT_CHUNK = 1 << 16
@@ -225,5 +225,5 @@ def _is_online_tree(mechanism: object) -> TypeGuard[HonakerMechanism]:
     return isinstance(mechanism, HonakerMechanism) and mechanism.variant != "full"
 
 
-def _is_streaming(mechanism: object) -> TypeGuard[ToeplitzStrategy]:
-    return isinstance(mechanism, ToeplitzStrategy)
+def _is_streaming(mechanism: object) -> TypeGuard[ToeplitzStrategy | BandedStrategy]:
+    return isinstance(mechanism, (ToeplitzStrategy, BandedStrategy))
