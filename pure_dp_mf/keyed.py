@@ -166,6 +166,8 @@ class KeyedCounters:
             base = _best_lifted_base(horizon=self.horizon, epsilon=self.epsilon, metric=metric)
         self.base_file = str(Path(base).resolve())
         factorization, self.plan, decoder = _mechanism(self.base_file, self.horizon, metric)
+        self._base_sha256 = base_digest(factorization)  # for the state: computed once, not per step
+        self._keys_sha256 = hashlib.sha256(json.dumps(self.keys).encode()).hexdigest()
         self.metric = metric
         self.bounder: ContributionBounder | None = None
         if privacy_unit == "user":
@@ -259,8 +261,8 @@ class KeyedCounters:
         record = {
             "format": KEYED_STATE_FORMAT,
             "lineage": self.lineage,
-            "keys_sha256": hashlib.sha256(json.dumps(self.keys).encode()).hexdigest(),
-            "base_sha256": base_digest(_mechanism(self.base_file, self.horizon, self.metric)[0]),
+            "keys_sha256": self._keys_sha256,
+            "base_sha256": self._base_sha256,
             "epsilon": self.epsilon.hex(),
             "horizon": self.horizon,
             "max_value": self.max_value,
@@ -340,10 +342,8 @@ class KeyedCounters:
         if step != self.released or step < 1:
             raise InvalidInputError(f"only the last released step ({self.released}) can be regenerated")
         counts = self.sums + self._batch.noise(step - 1, step)[:, 0]
-        bars = self.bars(step - 1, step, beta=beta)
-        lower = np.maximum(np.ceil(counts - bars.half_width[0]).astype(np.int64), 0)
-        upper = np.floor(counts + bars.half_width[0]).astype(np.int64)
-        return counts, float(bars.std[0]), lower, upper
+        std, lower, upper = self.intervals(counts, start=step - 1, beta=beta)
+        return counts, float(std[0]), lower, upper
 
     def release_all(self, increments: np.ndarray, *, beta: float = 0.05):
         """Release steps 1 … s at once from ``increments`` of shape (keys, s) (the first s
@@ -358,14 +358,22 @@ class KeyedCounters:
         counts = np.cumsum(increments, axis=1) + self._batch.noise(0, steps)
         self.sums = increments.sum(axis=1)
         self.released = steps
-        bars = self.bars(0, steps, beta=beta)
-        lower = np.maximum(np.ceil(counts - bars.half_width).astype(np.int64), 0)
-        upper = np.floor(counts + bars.half_width).astype(np.int64)
-        return counts, bars.std, lower, upper
+        return (counts, *self.intervals(counts, start=0, beta=beta))
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key."""
         return self._bars.bars(start, stop, beta=beta)
+
+    def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(std per step, lower, upper) of released ``counts`` (shape (…, steps): the 0-based steps
+        start, start + 1, …): the guaranteed (1 − β) interval cut below at 0 only, as a key's true
+        count is ≥ 0 but has no upper bound per step (many events per step)."""
+        counts = np.asarray(counts)
+        bars = self.bars(start, start + (counts.shape[-1] if counts.ndim > 1 else 1), beta=beta)
+        half = bars.half_width if counts.ndim > 1 else bars.half_width[0]
+        lower = np.maximum(np.ceil(counts - half).astype(np.int64), 0)
+        upper = np.floor(counts + half).astype(np.int64)
+        return bars.std, lower, upper
 
     def admit(self, *, key: str, step: int, value: int, user: str | None = None) -> tuple[int, int]:
         """(key index or −1, kept value) of one event, after the key check and the user's bounds."""
@@ -466,11 +474,8 @@ def run_keyed(counters: KeyedCounters, events: Iterable[KeyedEvent], *, beta: fl
             t = counters.released
             counts = counters.release(pending)
             pending = np.zeros_like(pending)
-            bars = counters.bars(t, t + 1, beta=beta)
-            # a key's count is ≥ 0 but has no upper bound per step (many events per step)
-            lower = np.maximum(np.ceil(counts - bars.half_width[0]).astype(np.int64), 0)
-            upper = np.floor(counts + bars.half_width[0]).astype(np.int64)
-            yield t + 1, counts, float(bars.std[0]), lower, upper
+            std, lower, upper = counters.intervals(counts, start=t, beta=beta)
+            yield t + 1, counts, float(std[0]), lower, upper
 
     current = None
     for number, event in enumerate(events, start=1):

@@ -70,8 +70,10 @@ def private_running_counts(
         raise InvalidInputError("user-level privacy needs user_column")
     if user_column is not None and privacy_unit != "user":
         raise InvalidInputError("user_column is for privacy_unit='user'")
-    template = KeyedCounters(
-        keys=keys[:1],
+    settings = _run_settings(
+        generator=generator,
+        lineage=lineage,
+        beta=beta,
         epsilon=epsilon,
         horizon=horizon,
         base=base,
@@ -80,22 +82,7 @@ def private_running_counts(
         privacy_unit=privacy_unit,
         max_keys=max_keys,
         max_per_key=max_per_key,
-        rng=generator,
-        lineage=lineage,
     )
-    settings = {
-        "epsilon": epsilon,
-        "horizon": horizon,
-        "base": template.base_file,
-        "metric": metric,
-        "max_value": max_value,
-        "privacy_unit": privacy_unit,
-        "max_keys": max_keys,
-        "max_per_key": max_per_key,
-        "generator": generator.to_record(),
-        "beta": beta,
-        "lineage": template.lineage,  # one run: every key's counter shares the run's generator and lineage
-    }
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
     columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
     if user_column is not None:
@@ -150,19 +137,7 @@ def _release_key(frame, *, through: int, settings: dict):
     import pandas as pd
 
     key = str(frame["key"].iloc[0])
-    counters = KeyedCounters(
-        keys=[key],
-        epsilon=settings["epsilon"],
-        horizon=settings["horizon"],
-        base=settings["base"],
-        metric=settings["metric"],
-        max_value=settings["max_value"],
-        privacy_unit=settings["privacy_unit"],
-        max_keys=settings["max_keys"],
-        max_per_key=settings["max_per_key"],
-        rng=NoiseGenerator.from_record(settings["generator"]),
-        lineage=settings["lineage"],
-    )
+    counters = _key_counters(key, settings)
     increments = np.zeros((1, through), dtype=np.int64)
     for step, value in zip(frame["step"], frame["value"], strict=True):
         if step >= 1:
@@ -221,29 +196,19 @@ def private_running_counts_stream(
     for flag, name in (("key_column", key_column), ("step_column", step_column), ("value_column", value_column)):
         if name is not None and name not in events.columns:
             raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
-    template = KeyedCounters(
-        keys=keys[:1],
+    settings = _run_settings(
+        generator=generator,
+        lineage=lineage,
+        beta=beta,
         epsilon=epsilon,
         horizon=horizon,
         base=base,
         metric=metric,
         max_value=max_value,
-        rng=generator,
-        lineage=lineage,
+        privacy_unit="event",
+        max_keys=None,
+        max_per_key=None,
     )
-    settings = {
-        "epsilon": epsilon,
-        "horizon": horizon,
-        "base": template.base_file,
-        "metric": metric,
-        "max_value": max_value,
-        "privacy_unit": "event",
-        "max_keys": None,
-        "max_per_key": None,
-        "generator": generator.to_record(),
-        "beta": beta,
-        "lineage": template.lineage,  # one run: every key's counter shares the run's generator and lineage
-    }
     spark = events.sparkSession
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
     table = events.select(
@@ -284,28 +249,39 @@ def _release_stream(key: tuple, frames, state, *, settings: dict):
     increments = np.zeros(top - released, dtype=np.int64)
     np.add.at(increments, steps[steps > released] - released - 1, values[steps > released])
     increments[0] += pending
-    counters = KeyedCounters(
-        keys=[str(key[0])],
-        epsilon=settings["epsilon"],
-        horizon=horizon,
-        base=settings["base"],
-        metric=settings["metric"],
-        max_value=max_value,
-        rng=NoiseGenerator.from_record(settings["generator"]),
-        lineage=settings["lineage"],
-    )
+    counters = _key_counters(str(key[0]), settings)
     counts = total + np.cumsum(increments) + counters._batch.noise(released, top)[0]
-    bars = counters.bars(released, top, beta=settings["beta"])
-    lower = np.maximum(np.ceil(counts - bars.half_width).astype(np.int64), 0)
-    upper = np.floor(counts + bars.half_width).astype(np.int64)
+    std, lower, upper = counters.intervals(counts[None, :], start=released, beta=settings["beta"])
     state.update((int(total + increments.sum()), top, 0))
     yield pd.DataFrame(
         {
             "key": str(key[0]),
             "step": np.arange(released + 1, top + 1, dtype=np.int64),
             "count": counts,
-            "std": bars.std,
-            "lower": lower,
-            "upper": upper,
+            "std": std,
+            "lower": lower[0],
+            "upper": upper[0],
         }
+    )
+
+
+def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float, **mechanism) -> dict:
+    """The picklable settings every executor rebuilds a key's counter from: the driver's
+    ``KeyedCounters`` checks them once and fixes the base file and the run's lineage (every
+    key's counter shares the run's generator and lineage)."""
+    template = KeyedCounters(keys=["template"], rng=generator, lineage=lineage, **mechanism)
+    return {
+        **mechanism,
+        "base": template.base_file,
+        "generator": generator.to_record(),
+        "beta": beta,
+        "lineage": template.lineage,
+    }
+
+
+def _key_counters(key: str, settings: dict) -> KeyedCounters:
+    """One key's counter on an executor, from the run's settings."""
+    mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage")}
+    return KeyedCounters(
+        keys=[key], rng=NoiseGenerator.from_record(settings["generator"]), lineage=settings["lineage"], **mechanism
     )
