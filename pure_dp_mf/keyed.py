@@ -166,7 +166,6 @@ class KeyedCounters:
             base = _best_lifted_base(horizon=self.horizon, epsilon=self.epsilon, metric=metric)
         self.base_file = str(Path(base).resolve())
         factorization, self.plan, decoder = _mechanism(self.base_file, self.horizon, metric)
-        self._base_sha256 = base_digest(factorization)  # for the state: computed once, not per step
         self._keys_sha256 = hashlib.sha256(json.dumps(self.keys).encode()).hexdigest()
         self.metric = metric
         self.bounder: ContributionBounder | None = None
@@ -262,7 +261,7 @@ class KeyedCounters:
             "format": KEYED_STATE_FORMAT,
             "lineage": self.lineage,
             "keys_sha256": self._keys_sha256,
-            "base_sha256": self._base_sha256,
+            "base_sha256": _base_sha256(self.base_file, self.horizon, self.metric),
             "epsilon": self.epsilon.hex(),
             "horizon": self.horizon,
             "max_value": self.max_value,
@@ -365,9 +364,10 @@ class KeyedCounters:
         return self._bars.bars(start, stop, beta=beta)
 
     def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(std per step, lower, upper) of released ``counts`` (shape (…, steps): the 0-based steps
-        start, start + 1, …): the guaranteed (1 − β) interval cut below at 0 only, as a key's true
-        count is ≥ 0 but has no upper bound per step (many events per step)."""
+        """(std per step, lower, upper) of released ``counts``: shape (keys,) for the one 0-based
+        step ``start``, or (keys, steps) for the steps start, start + 1, …. The interval is the
+        guaranteed (1 − β) one cut below at 0 only, as a key's true count is ≥ 0 but has no upper
+        bound per step (many events per step)."""
         counts = np.asarray(counts)
         bars = self.bars(start, start + (counts.shape[-1] if counts.ndim > 1 else 1), beta=beta)
         half = bars.half_width if counts.ndim > 1 else bars.half_width[0]
@@ -425,6 +425,12 @@ def _mechanism(base_file: str, horizon: int, metric: str):
     process (a Spark executor builds many single-key counters on the same base)."""
     factorization = Factorization.load(base_file)
     return factorization, lift_plan(base=factorization, n=horizon, metric=metric), exact_decoder(factorization)
+
+
+@functools.lru_cache(maxsize=4)
+def _base_sha256(base_file: str, horizon: int, metric: str) -> str:
+    """The state's identity of the base: hashed once per process, not per counter or per step."""
+    return base_digest(_mechanism(base_file, horizon, metric)[0])
 
 
 @functools.lru_cache(maxsize=4)
