@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_keyed.py --keys 10000 --steps 1000 --plot docs/keyed_accuracy.png
 
+* Sampler: one page of exact discrete Laplace noise per key, every key in lockstep against one
+  key at a time (the same values), side by side.
 * Throughput: ``KeyedCounters`` releasing every key at every step (exact lattice path, seeded
   generator), key-steps per second of the release loop, and the process's peak memory.
 * Accuracy (ε = 1, event level, m = 1): each key's MaxSE with the mechanism ``count`` picks for
@@ -17,12 +19,15 @@ import time
 
 import numpy as np
 
-from pure_dp_mf import compare
+from pure_dp_mf import compare, keyed, lattice
 from pure_dp_mf.keyed import KeyedCounters
 from pure_dp_mf.noise import NoiseGenerator
 
 
-def throughput(keys: int, steps: int) -> dict:
+def throughput(keys: int, steps: int, *, lockstep: bool = True) -> dict:
+    """``lockstep=False`` times the same run with every key's noise pages drawn one key at a time
+    (each counter's own ``LatticeSource.page``, the same values), for a side-by-side ratio."""
+    keyed.fill_pages = lattice.fill_pages if lockstep else (lambda sources, **where: None)
     start = time.perf_counter()
     counters = KeyedCounters(keys=[f"key{i}" for i in range(keys)], epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(0))
     setup = time.perf_counter() - start
@@ -40,6 +45,32 @@ def throughput(keys: int, steps: int) -> dict:
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "base": counters.base_file.rsplit("/", 1)[-1],
         "fallbacks": counters._batch.fallbacks,
+    }
+
+
+def sampler_ratio(keys: int, count: int, repeats: int) -> dict:
+    """One page of discrete Laplace noise for each of ``keys`` keys: drawn for all keys in
+    lockstep (``discrete_laplace_blocks``) against one key after another
+    (``discrete_laplace_block``), side by side, median of ``repeats``; the values are compared."""
+    from pure_dp_mf.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
+
+    noise_keys = [i.to_bytes(32, "little") for i in range(keys)]
+    s, t = 1, 2**40 + 15  # a lattice rate like the counters' (ε·2^-32/Δ)
+    together, alone = [], []
+    for repeat in range(repeats):
+        start = time.perf_counter()
+        lockstep = discrete_laplace_blocks(s=s, t=t, count=count, keys=noise_keys, index=repeat)
+        together.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        single = [discrete_laplace_block(s=s, t=t, count=count, key=key, index=repeat) for key in noise_keys]
+        alone.append(time.perf_counter() - start)
+        assert all(np.array_equal(a, b) for a, b in zip(lockstep, single, strict=True))
+    draws = keys * count
+    return {
+        "keys": keys,
+        "count": count,
+        "lockstep_us_per_draw": float(np.median(together)) / draws * 1e6,
+        "per_key_us_per_draw": float(np.median(alone)) / draws * 1e6,
     }
 
 
@@ -145,6 +176,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000)
     parser.add_argument("--horizons", type=int, nargs="+", default=[30, 365, 10_000])
     parser.add_argument("--plot", help="write the accuracy figure here (PNG)")
+    parser.add_argument("--sampler-keys", type=int, default=2000, help="keys of the sampler comparison (0: skip)")
+    parser.add_argument("--per-key", action="store_true", help="also time the release with pages drawn one key at a time")
     parser.add_argument("--spark", action="store_true", help="also time Spark batch on local[2] (the spark extra)")
     parser.add_argument("--spark-keys", type=int, default=1000)
     parser.add_argument("--spark-steps", type=int, default=365)
@@ -169,13 +202,22 @@ def main() -> None:
             f"local {timing['local_seconds']:.1f} s, Spark {timing['spark_seconds']:.1f} s, "
             f"ratio Spark/local {timing['spark_seconds'] / timing['local_seconds']:.2f}"
         )
-    result = throughput(arguments.keys, arguments.steps)
-    print(
-        f"local engine: {result['keys']} keys × {result['steps']} steps = {result['keys'] * result['steps']:.3g} key-steps, "
-        f"base {result['base']}: setup {result['setup_seconds']:.1f} s, release {result['release_seconds']:.1f} s, "
-        f"{result['key_steps_per_second']:.3g} key-steps/s, peak RSS {result['peak_rss_mib']:.0f} MiB, "
-        f"{result['fallbacks']} roundings decided in rationals"
-    )
+    if arguments.sampler_keys:
+        sampler = sampler_ratio(arguments.sampler_keys, 1024, 3)
+        print(
+            f"discrete Laplace pages, {sampler['keys']} keys × {sampler['count']} draws (median of 3, same values): "
+            f"lockstep {sampler['lockstep_us_per_draw']:.3f} µs/draw, one key at a time {sampler['per_key_us_per_draw']:.3f} µs/draw, "
+            f"ratio {sampler['per_key_us_per_draw'] / sampler['lockstep_us_per_draw']:.2f}"
+        )
+    for lockstep in (False, True) if arguments.per_key else (True,):
+        result = throughput(arguments.keys, arguments.steps, lockstep=lockstep)
+        print(
+            f"local engine, noise pages {'in lockstep' if lockstep else 'one key at a time'}: "
+            f"{result['keys']} keys × {result['steps']} steps = {result['keys'] * result['steps']:.3g} key-steps, "
+            f"base {result['base']}: setup {result['setup_seconds']:.1f} s, release {result['release_seconds']:.1f} s, "
+            f"{result['key_steps_per_second']:.3g} key-steps/s, peak RSS {result['peak_rss_mib']:.0f} MiB, "
+            f"{result['fallbacks']} roundings decided in rationals"
+        )
     print(f"{'n':>7} {'ours MaxSE':>12} {'binary tree':>12} {'Laplace/prefix':>15} {'tree/ours':>10} {'Laplace/ours':>13}")
     rows = accuracy(arguments.horizons)
     for row in rows:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Protocol
 
@@ -337,7 +338,7 @@ def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int
         signed = np.where(negative, -y, y)[keep]
         parts.append(signed)
         found += len(signed)
-    drawn = np.concatenate(parts)[:count]
+    drawn = np.concatenate(parts)[:count] if parts else np.zeros(0, dtype=np.int64)
     return _as_integer_array(drawn.tolist()) if drawn.dtype == object else drawn
 
 
@@ -348,4 +349,164 @@ def _as_integer_array(values) -> np.ndarray:
         return np.array(values, dtype=np.int64)
     out = np.empty(len(values), dtype=object)
     out[:] = values
+    return out
+
+
+# ------------------------------------------------------------------ many keys in lockstep
+
+_LOCKSTEP_KEYS = 256  # keys sampled together: each holds a buffer of about 2^15 bytes
+
+
+class _WordStreams:
+    """The ``WordStream`` of every key of ``keys`` (same block index), read in lockstep: one call
+    reads, for each key j, the next ``counts[j]`` items (bytes or 64-bit words) of key j's own
+    stream, exactly the bytes that key's ``WordStream`` would return for a request of that size,
+    including its refills (chunk c of SHAKE-256(domain ‖ key ‖ index ‖ c), of length
+    max(2^14, request − leftover)). Buffers are the rows of one byte array."""
+
+    def __init__(self, *, keys: Sequence[bytes], index: int) -> None:
+        for key in keys:
+            if not isinstance(key, bytes | bytearray) or len(key) < 16:
+                raise InvalidInputError("a noise key must be at least 16 bytes")
+        if index < 0:
+            raise InvalidInputError(f"a block index must be >= 0, got {index}")
+        self._prefixes = [hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + index.to_bytes(16, "little")) for key in keys]
+        self._chunks = [0] * len(keys)
+        self._buffer = np.zeros((len(keys), 2 * _WORD_CHUNK), dtype=np.uint8)
+        self._position = np.zeros(len(keys), dtype=np.int64)
+        self._end = np.zeros(len(keys), dtype=np.int64)
+
+    def _refill(self, key: int, size: int) -> None:
+        """``WordStream._take``'s refill for a request of ``size`` bytes by key ``key``."""
+        rest = self._buffer[key, self._position[key] : self._end[key]].tobytes()
+        parts, available = [rest], len(rest)
+        while available < size:
+            hasher = self._prefixes[key].copy()
+            hasher.update(self._chunks[key].to_bytes(8, "little"))
+            fresh = hasher.digest(max(_WORD_CHUNK, size - available))
+            parts.append(fresh)
+            available += len(fresh)
+            self._chunks[key] += 1
+        data = b"".join(parts)
+        if len(data) > self._buffer.shape[1]:
+            grown = np.zeros((self._buffer.shape[0], 2 * len(data)), dtype=np.uint8)
+            grown[:, : self._buffer.shape[1]] = self._buffer
+            self._buffer = grown
+        self._buffer[key, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self._position[key], self._end[key] = 0, len(data)
+
+    def read(self, owners: np.ndarray, itemsize: int) -> np.ndarray:
+        """One item per entry of ``owners`` (key indices, non-decreasing): entry i gets the next
+        unread item of key owners[i]'s stream, entries of one key in order. uint8 items for
+        ``itemsize`` 1, little-endian uint64 words for 8."""
+        counts = np.bincount(owners, minlength=len(self._prefixes))
+        sizes = counts * itemsize
+        for key in np.flatnonzero(self._position + sizes > self._end):
+            self._refill(int(key), int(sizes[key]))
+        starts = np.cumsum(counts) - counts
+        width = self._buffer.shape[1]
+        offsets = (owners * width + self._position[owners]) + (np.arange(owners.size) - starts[owners]) * itemsize
+        self._position += sizes
+        flat = self._buffer.reshape(-1)
+        if itemsize == 1:
+            return flat[offsets]
+        windows = np.lib.stride_tricks.as_strided(flat, shape=(flat.size - itemsize + 1, itemsize), strides=(1, 1))
+        return windows[offsets].view("<u8").ravel()
+
+
+def _uniform_below_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
+    """``uniform_below(m, …)`` of every key at once: entry i is key owners[i]'s draw, each key's
+    entries reading its own stream exactly as ``uniform_below`` does (round by round, in order)."""
+    out = np.zeros(owners.size, dtype=np.int64)
+    width = (m - 1).bit_length()
+    if width == 0:
+        return out
+    pending = np.arange(owners.size)
+    while pending.size:
+        if width <= 8:
+            candidates = (streams.read(owners[pending], 1) >> np.uint8(8 - width)).astype(np.int64)
+        else:
+            candidates = (streams.read(owners[pending], 8) >> np.uint64(64 - width)).astype(np.int64)
+        accepted = candidates < m
+        out[pending[accepted]] = candidates[accepted]
+        pending = pending[~accepted]
+    return out
+
+
+def _bernoulli_exp_minus_keys(numerators: np.ndarray | None, t: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
+    """``_bernoulli_exp_minus_block`` of every key at once (the same calls, in the same order)."""
+    result = np.zeros(owners.size, dtype=bool)
+    active = np.arange(owners.size)
+    k = 1
+    while active.size:
+        if numerators is None:
+            success = _uniform_below_keys(k, owners[active], streams) == 0
+        elif t * k < VECTOR_LIMIT:
+            success = _uniform_below_keys(t * k, owners[active], streams) < numerators[active]
+        else:
+            first = _uniform_below_keys(k, owners[active], streams) == 0
+            success = first & (_uniform_below_keys(t, owners[active], streams) < numerators[active])
+        result[active[~success]] = k % 2 == 1
+        active = active[success]
+        k += 1
+    return result
+
+
+def discrete_laplace_blocks(*, s: int, t: int, count: int, keys: Sequence[bytes], index: int) -> list[np.ndarray]:
+    """``[discrete_laplace_block(s=s, t=t, count=count, key=key, index=index) for key in keys]``,
+    the same values (tested), computed for all keys in one pass of array operations.
+
+    Why the values are the same: ``discrete_laplace_block`` is a fixed sequence of calls
+    (uniform draws below m, for m that depends only on s, t and the call's place in the sequence)
+    whose sizes depend on that key's earlier results. Here every call runs for all keys at once on
+    the concatenation of their entries, each key reading its own ``WordStream`` (``_WordStreams``)
+    in its own entry order; a key with no entries in a call reads nothing, as the single-key
+    sampler makes no read for an empty call. So each key sees exactly its own sequence of reads.
+    Keys whose values leave int64 (V with t·(V + 1) > 2^62), and every key when t ≥ 2^62, are
+    drawn by the single-key sampler, exact in Python integers."""
+    if s < 1 or t < 1:
+        raise InvalidInputError(f"the discrete Laplace rate s/t needs integers s, t >= 1, got {s}/{t}")
+    keys = list(keys)
+    if t >= VECTOR_LIMIT or not keys or count < 1:
+        return [discrete_laplace_block(s=s, t=t, count=count, key=key, index=index) for key in keys]
+    out: list[np.ndarray] = []
+    for first in range(0, len(keys), _LOCKSTEP_KEYS):  # groups bound the buffers' memory
+        out.extend(_lockstep_blocks(s=s, t=t, count=count, keys=keys[first : first + _LOCKSTEP_KEYS], index=index))
+    return out
+
+
+def _lockstep_blocks(*, s: int, t: int, count: int, keys: list[bytes], index: int) -> list[np.ndarray]:
+    """``discrete_laplace_blocks`` for one group of keys."""
+    streams = _WordStreams(keys=keys, index=index)
+    found = np.zeros(len(keys), dtype=np.int64)
+    owner_parts: list[np.ndarray] = []
+    value_parts: list[np.ndarray] = []
+    overflow = np.zeros(len(keys), dtype=bool)
+    while np.any(found < count):
+        missing = np.maximum(count - found, 0)
+        batch = np.where(missing > 0, np.maximum(64, 2 * missing), 0)
+        owners = np.repeat(np.arange(len(keys)), batch)
+        u = _uniform_below_keys(t, owners, streams)
+        accepted = _bernoulli_exp_minus_keys(u, t, owners, streams)
+        kept, owners = u[accepted], owners[accepted]
+        v = np.zeros(kept.size, dtype=np.int64)
+        active = np.arange(kept.size)
+        while active.size:
+            success = _bernoulli_exp_minus_keys(None, t, owners[active], streams)
+            v[active[success]] += 1
+            active = active[success]
+        large = v >= VECTOR_LIMIT // t  # U + t·V would not be proven to fit in int64
+        overflow[owners[large]] = True
+        y = (kept + t * np.where(large, 0, v)) // s
+        negative = _uniform_below_keys(2, owners, streams) == 1
+        keep = ~(negative & (y == 0))
+        owner_parts.append(owners[keep])
+        value_parts.append(np.where(negative, -y, y)[keep])
+        found += np.bincount(owners[keep], minlength=len(keys))
+    owners = np.concatenate(owner_parts)
+    values = np.concatenate(value_parts)[np.argsort(owners, kind="stable")]
+    starts = np.cumsum(found) - found
+    out = [values[start : start + count] for start in starts]
+    for key in np.flatnonzero(overflow):
+        out[key] = discrete_laplace_block(s=s, t=t, count=count, key=keys[key], index=index)
     return out

@@ -45,7 +45,7 @@ from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.error_bars import ErrorBarModel, ErrorBars
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.lattice import decide_roundings
+from pure_dp_mf.lattice import decide_roundings, fill_pages
 from pure_dp_mf.lift import LiftedFamily, lift_plan
 from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.stream import (
@@ -88,7 +88,9 @@ def user_sensitivity(column_norms: Sequence[Fraction], *, max_keys: int, max_per
 class ContributionBounder:
     """Online per-user contribution bounds: the first K keys of each user, the first C distinct
     steps of each (user, key), and each (user, key, step) sum clipped to m. Every decision depends
-    on that user's own earlier events only."""
+    on that user's own earlier events only. An event at a step before the (user, key)'s last kept
+    step is dropped (a stream engine may deliver it late), so the kept steps of a (user, key) are
+    increasing and distinct: the sensitivity proof needs C distinct columns."""
 
     max_keys: int
     max_per_key: int
@@ -105,6 +107,9 @@ class ContributionBounder:
                 self.dropped += 1
                 return 0
             entry = keys[key] = [0, None, 0]
+        if entry[1] is not None and step < entry[1]:
+            self.dropped += 1
+            return 0
         if entry[1] != step:
             if entry[0] >= self.max_per_key:
                 self.dropped += 1
@@ -115,6 +120,14 @@ class ContributionBounder:
             self.dropped += 1
         entry[2] += kept
         return kept
+
+    def user_record(self, user: str) -> dict[str, list]:
+        """The bounds' state of one user, JSON-ready: {key index: [steps kept, last step, sum at it]}."""
+        return {str(key): list(entry) for key, entry in self._keys.get(user, {}).items()}
+
+    def restore_user(self, user: str, record: dict) -> None:
+        """Continue one user's bounds from ``user_record`` (a stream engine's state store)."""
+        self._keys[user] = {int(key): list(entry) for key, entry in record.items()}
 
 
 class KeyedCounters:
@@ -255,7 +268,7 @@ class KeyedCounters:
         if self.bounder is not None:
             bounder = {
                 "dropped": self.bounder.dropped,
-                "users": {user: {str(k): v for k, v in keys.items()} for user, keys in self.bounder._keys.items()},
+                "users": {user: self.bounder.user_record(user) for user in self.bounder._keys},
             }
         record = {
             "format": KEYED_STATE_FORMAT,
@@ -326,9 +339,8 @@ class KeyedCounters:
             counters.dropped_unknown = int(record["dropped_unknown"])
             if counters.bounder is not None and record["bounder"] is not None:
                 counters.bounder.dropped = int(record["bounder"]["dropped"])
-                counters.bounder._keys = {
-                    user: {int(k): list(v) for k, v in entries.items()} for user, entries in record["bounder"]["users"].items()
-                }
+                for user, entries in record["bounder"]["users"].items():
+                    counters.bounder.restore_user(user, entries)
             counters.state_path, counters._lock = path, lock
             return counters
         except BaseException:
@@ -509,6 +521,7 @@ class _BatchSource:
         self.columns = len(self.sources)
 
     def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        fill_pages(self.sources, offset=offset, size=size, level=level)  # every key's pages in one pass
         return np.stack([source.block(offset, size, level) for source in self.sources], axis=1)
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:

@@ -58,7 +58,7 @@ import gmpy2
 import numpy as np
 
 from pure_dp_mf import exact
-from pure_dp_mf.discrete_laplace import discrete_laplace_block
+from pure_dp_mf.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import decoder_from_encoder
 
@@ -236,14 +236,17 @@ class LatticeSource:
         if cached is None:
             rate = self.rates[level - 1]
             cached = discrete_laplace_block(
-                s=rate.numerator, t=rate.denominator, count=self.page_size, key=self.key, index=(level << 64) + number
+                s=rate.numerator, t=rate.denominator, count=self.page_size, key=self.key, index=_page_index(level, number)
             )
-            self._pages[key] = cached
-            if len(self._pages) > self.cached_pages:
-                self._pages.popitem(last=False)
+            self._keep(key, cached)
         else:
             self._pages.move_to_end(key)
         return cached
+
+    def _keep(self, key: tuple[int, int], page: np.ndarray) -> None:
+        self._pages[key] = page
+        if len(self._pages) > self.cached_pages:
+            self._pages.popitem(last=False)
 
     def _values(self, offset: int, size: int, level: int) -> np.ndarray:
         parts, position = [], offset
@@ -277,6 +280,34 @@ class LatticeSource:
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
         return np.stack([self.block(offset, size) for offset in offsets]) if offsets else np.zeros((0, size))
+
+
+def _page_index(level: int, number: int) -> int:
+    return (level << 64) + number
+
+
+def fill_pages(sources: Sequence[LatticeSource], *, offset: int, size: int, level: int) -> None:
+    """Draw, for every source at once, the pages of ``level`` that entries [offset, offset + size)
+    read and that the source does not hold (``discrete_laplace_blocks``: the same values as each
+    source's own ``page``, so this changes the speed of many counters, never their noise). The
+    sources must share their rates and page size (the counters of one keyed release)."""
+    if not sources:
+        return
+    first = sources[0]
+    rate = first.rates[level - 1]
+    if any(source.rates[level - 1] != rate or source.page_size != first.page_size for source in sources):
+        raise InvalidInputError("pages are filled together only for sources with the same rates and page size")
+    for number in range(offset // first.page_size, (offset + size - 1) // first.page_size + 1):
+        missing = [source for source in sources if (level, number) not in source._pages]
+        pages = discrete_laplace_blocks(
+            s=rate.numerator,
+            t=rate.denominator,
+            count=first.page_size,
+            keys=[source.key for source in missing],
+            index=_page_index(level, number),
+        )
+        for source, page in zip(missing, pages, strict=True):
+            source._keep((level, number), page)
 
 
 def decide_roundings(values: np.ndarray, *, engine, decoder: ExactDecoder, source) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,7 @@ the task closure: run on a cluster you trust with it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -167,6 +168,10 @@ def private_running_counts_stream(
     key_column: str = "key",
     step_column: str = "step",
     value_column: str | None = None,
+    user_column: str | None = None,
+    privacy_unit: str = "event",
+    max_keys: int | None = None,
+    max_per_key: int | None = None,
     max_value: int = 1,
     base: str | None = None,
     metric: str = "maxse",
@@ -174,8 +179,8 @@ def private_running_counts_stream(
     beta: float = 0.05,
     lineage: str | None = None,
 ) -> Any:
-    """Event-level keyed releases from a streaming DataFrame (Spark Structured Streaming), to be
-    written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
+    """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event or per
+    user, to be written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
 
     Each micro-batch releases, for every public key, every new step up to the largest step of the
     batch: the batch's new steps (``dropDuplicates`` on the step: a small state of at most n
@@ -187,15 +192,33 @@ def private_running_counts_stream(
     (Spark's file sink) no step is released twice or missed. A step is complete when its first
     micro-batch arrives: events of an already released step, arriving later, are counted at the
     next step released (they still change one key's input at one step, so the privacy argument is
-    unchanged). Values outside [0, m] stop the query with an ``InvalidInputError``."""
+    unchanged). Values outside [0, m] stop the query with an ``InvalidInputError``.
+
+    User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
+    a first stateful stage, ``groupBy(user).applyInPandasWithState``, bounds each user's
+    contributions with the user's bounds state (``ContributionBounder.user_record``: at most K
+    entries) in the state store, admitting the micro-batch's events of the user in the order
+    (step, key, value), the local engine's order; a user's event at a step before its last kept
+    step for that key is dropped. At this level an event of a step already released is dropped
+    too, not moved to the next step, so every kept event lands on its own step and the
+    sensitivity K·m·(sum of the C largest column norms) holds as proven (docs/privacy.md)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     keys = check_keys(keys)
     generator = generator if generator is not None else NoiseGenerator.secure()
-    for flag, name in (("key_column", key_column), ("step_column", step_column), ("value_column", value_column)):
+    for flag, name in (
+        ("key_column", key_column),
+        ("step_column", step_column),
+        ("value_column", value_column),
+        ("user_column", user_column),
+    ):
         if name is not None and name not in events.columns:
             raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
+    if privacy_unit == "user" and user_column is None:
+        raise InvalidInputError("user-level privacy needs user_column")
+    if user_column is not None and privacy_unit != "user":
+        raise InvalidInputError("user_column is for privacy_unit='user'")
     settings = _run_settings(
         generator=generator,
         lineage=lineage,
@@ -205,20 +228,34 @@ def private_running_counts_stream(
         base=base,
         metric=metric,
         max_value=max_value,
-        privacy_unit="event",
-        max_keys=None,
-        max_per_key=None,
+        privacy_unit=privacy_unit,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
     )
     spark = events.sparkSession
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
-    table = events.select(
-        F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")
-    )
+    columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
+    if user_column is not None:
+        columns.append(F.col(user_column).cast("string").alias("user"))
+    table = events.select(*columns)
     key_table = spark.createDataFrame([(key,) for key in keys], "key string")
     ticks = table.select("step").dropDuplicates(["step"]).crossJoin(F.broadcast(key_table))
-    rows = table.join(F.broadcast(key_table), on="key", how="inner").unionByName(
-        ticks.select("key", "step", F.lit(0).cast("long").alias("value"))
-    )
+    known = table.join(F.broadcast(key_table), on="key", how="inner")
+    if privacy_unit == "user":
+        provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass", "")
+        if "RocksDB" not in provider:
+            raise InvalidInputError(
+                "user-level streaming keeps each user's bounds with transformWithStateInPandas, which needs the RocksDB "
+                "state store: set spark.sql.streaming.stateStore.providerClass to "
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+            )
+        known = known.groupBy("user").transformWithStateInPandas(
+            statefulProcessor=_user_bounds(settings=settings, keys=keys),
+            outputStructType="key string, step long, value long",
+            outputMode="Append",
+            timeMode="None",
+        )
+    rows = known.select("key", "step", "value").unionByName(ticks.select("key", "step", F.lit(0).cast("long").alias("value")))
     return rows.groupBy("key").applyInPandasWithState(
         lambda key, frames, state: _release_stream(key, frames, state, settings=settings),
         RELEASE_SCHEMA,
@@ -226,6 +263,55 @@ def private_running_counts_stream(
         "append",
         GroupStateTimeout.NoTimeout,
     )
+
+
+def _user_bounds_processor():
+    """The class of ``_UserBounds``, defined when PySpark is importable (the optional extra)."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class UserBounds(StatefulProcessor):
+        """One user's contribution bounds across micro-batches: the user's ``ContributionBounder``
+        record (at most K entries) in the state store; each micro-batch's events of the user
+        admitted in the order (step, key, value), the local engine's order; the kept events out."""
+
+        def __init__(self, *, settings: dict, keys: Sequence[str]) -> None:
+            self.settings = settings
+            self.index = {key: i for i, key in enumerate(keys)}
+
+        def init(self, handle) -> None:
+            from pyspark.sql.types import StringType, StructField, StructType
+
+            self.admitted = handle.getValueState("admitted", StructType([StructField("admitted", StringType())]))
+
+        def handleInputRows(self, key, rows, timerValues):
+            import pandas as pd
+
+            max_value = self.settings["max_value"]
+            bounder = ContributionBounder(int(self.settings["max_keys"]), int(self.settings["max_per_key"]), max_value)
+            user = str(key[0])
+            if self.admitted.exists():
+                bounder.restore_user(user, json.loads(self.admitted.get()[0]))
+            data = pd.concat(list(rows)).sort_values(["step", "key", "value"], kind="stable")
+            values = data["value"].to_numpy(dtype=np.int64)
+            if len(values) and (values.min() < 0 or values.max() > max_value):
+                raise InvalidInputError(f"a value is outside [0, {max_value}]")
+            kept_rows = []
+            for event_key, step, value in zip(data["key"], data["step"], values.tolist(), strict=True):
+                kept = bounder.admit(user, self.index[event_key], int(step), int(value))
+                if kept:
+                    kept_rows.append((event_key, int(step), kept))
+            self.admitted.update((json.dumps(bounder.user_record(user)),))
+            yield pd.DataFrame(kept_rows, columns=["key", "step", "value"]).astype({"step": "int64", "value": "int64"})
+
+        def close(self) -> None:
+            pass
+
+    return UserBounds
+
+
+def _user_bounds(*, settings: dict, keys: Sequence[str]):
+    """A ``StatefulProcessor`` bounding each user's contributions (``_user_bounds_processor``)."""
+    return _user_bounds_processor()(settings=settings, keys=keys)
 
 
 def _release_stream(key: tuple, frames, state, *, settings: dict):
@@ -241,8 +327,8 @@ def _release_stream(key: tuple, frames, state, *, settings: dict):
     if len(steps) and (steps.min() < 1 or steps.max() > horizon):
         raise InvalidInputError(f"a step is outside [1, {horizon}]")
     top = int(steps.max()) if len(steps) else released
-    late = values[steps <= released].sum()
-    pending = int(pending + late)
+    if settings["privacy_unit"] == "event":  # a late event moves to the next step released
+        pending = int(pending + values[steps <= released].sum())
     if top <= released:
         state.update((int(total), int(released), pending))
         return

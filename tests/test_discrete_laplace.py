@@ -188,3 +188,27 @@ def test_huge_rates_fall_back_to_the_exact_scalar_sampler():
     values = dl.discrete_laplace_block(s=1, t=t, count=20, key=KEY, index=0)
     assert values.dtype == object and all(isinstance(v, int) for v in values)
     assert values.tolist() == dl.discrete_laplace_many(s=1, t=t, count=20, source=dl.ShakeStream(key=KEY, index=0))
+
+
+@pytest.mark.parametrize(
+    ("s", "t", "count"),
+    [
+        (1, 3, 100),  # uniform draws from single bytes
+        (3, 7, 1000),
+        (5, 2**40 + 3, 1000),  # from 64-bit words
+        (2**20, 2**33 - 1, 3000),
+        (1, 2**61 + 1, 50),  # t·k ≥ 2^62 (two draws per Bernoulli), and V past int64: the scalar path
+        (7, 2**62 + 5, 10),  # t ≥ 2^62: every key by the scalar sampler
+        (1, 3 * 2**40, 20_000),  # requests longer than one SHAKE chunk
+        (2, 5, 0),
+    ],
+)
+def test_many_keys_in_lockstep_draw_each_keys_own_block(s, t, count, monkeypatch):
+    keys = [bytes([i]) * 32 for i in range(7)] + [KEY]
+    monkeypatch.setattr(dl, "_LOCKSTEP_KEYS", 3)  # groups of 3, 3 and 2 keys
+    together = dl.discrete_laplace_blocks(s=s, t=t, count=count, keys=keys, index=9)
+    assert len(together) == len(keys)
+    for key, values in zip(keys, together, strict=True):
+        alone = dl.discrete_laplace_block(s=s, t=t, count=count, key=key, index=9)
+        assert values.dtype == alone.dtype and values.tolist() == alone.tolist()
+    assert dl.discrete_laplace_blocks(s=s, t=t, count=count, keys=[], index=9) == []

@@ -107,8 +107,9 @@ def test_every_key_has_its_own_noise_independent_of_the_key_list():
 
 def test_vectorised_noise_is_each_keys_own_release():
     counters = _counters(["x", "y", "z"])
-    batch = counters._batch.noise(0, 60)
+    batch = counters._batch.noise(0, 60)  # every key's pages drawn together, in lockstep
     for j, release in enumerate(counters._releases):
+        release.source._pages.clear()  # then each key's pages drawn again, by its own sampler
         assert batch[j].tolist() == release.noise(0, 60).tolist()
 
 
@@ -283,3 +284,42 @@ def test_count_keyed_parquet_in_and_out_match_csv(tmp_path):
     ]
     refused = run_cli(*arguments, "--format", "parquet")
     assert refused.returncode == 2 and "--format parquet needs --output" in refused.stderr
+
+
+def test_count_keyed_parquet_with_state_writes_each_step_once_across_crashes(tmp_path):
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet
+
+    rows = [("u1", "de", 1, 2), ("u2", "fr", 2, 1), ("u1", "de", 3, 1), ("u3", "it", 5, 3), ("u2", "de", 6, 1)]
+    _write(tmp_path, rows)
+    options = ["--column", "value", "--max-value", "3"]
+    whole = _keyed(tmp_path, *options, "--format", "csv")
+    assert whole.returncode == 0, whole.stderr
+    expected = [
+        (r["key"], int(r["step"]), int(r["count"]), int(r["lower"]), int(r["upper"]))
+        for r in csv.DictReader(io.StringIO("\n".join(whole.stdout.splitlines()[1:])))
+    ]
+    folder = tmp_path / "releases"
+    state = [*options, "--format", "parquet", "--state", str(tmp_path / "s.json"), "--output", str(folder)]
+    _write(tmp_path, rows[:3])  # the first run sees steps 1 … 3 only
+    first = _keyed(tmp_path, *state)
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}.parquet" for s in (1, 2, 3)]
+    (folder / "step-00000003.parquet").unlink()  # killed after the state recorded step 3, before its file
+    (folder / ".step-00000003.parquet.abc.tmp").write_bytes(b"cut")  # and a write cut short
+    _write(tmp_path, rows)
+    resumed = _keyed(tmp_path, *state)
+    assert resumed.returncode == 0 and "resuming after step 3" in resumed.stderr, resumed.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}.parquet" for s in range(1, 7)]
+    table = pyarrow.parquet.read_table(folder)
+    got = [(r["key"], r["step"], r["count"], r["lower"], r["upper"]) for r in table.to_pylist()]
+    assert sorted(got, key=lambda r: r[1]) == expected
+    assert json.loads(table.schema.metadata[b"pure_dp_mf"])["max_value"] == 3
+    (folder / "step-00000002.parquet").unlink()  # a file lost that the state says was written
+    broken = _keyed(tmp_path, *state)
+    assert broken.returncode == 2 and "holds 5 file(s) but the state has released 6" in broken.stderr, broken.stderr
+    (tmp_path / "file").write_text("x")
+    not_a_folder = _keyed(tmp_path, *state[:-1], str(tmp_path / "file"))
+    assert not_a_folder.returncode == 2 and "a folder of one file per step" in not_a_folder.stderr
+    plain = _keyed(tmp_path, *options, "--output", str(folder))
+    assert plain.returncode == 2 and "is a folder, not a file" in plain.stderr

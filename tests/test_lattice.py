@@ -14,7 +14,7 @@ import pytest
 from pure_dp_mf import discrete_laplace as dl
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, round_half_up
+from pure_dp_mf.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, fill_pages, round_half_up
 from pure_dp_mf.lift import explicit_lift
 from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
 from pure_dp_mf.stream import ContinualCounter, LiftedNoise
@@ -194,6 +194,24 @@ def test_lattice_source_rates_and_regeneration():
     straddling = source.integers(PAGE - 5, 10)  # a block across two pages
     next_page = dl.discrete_laplace_block(s=1, t=3 * 2**G, count=PAGE, key=source.key, index=(1 << 64) + 1)
     assert straddling == page[-5:].tolist() + next_page[:5].tolist()
+
+
+def test_pages_filled_for_many_sources_are_each_sources_own():
+    def make(key: bytes, sensitivity: int = 3) -> LatticeSource:
+        alphas = [Fraction(1, 2)]
+        return LatticeSource(
+            key=key, epsilon=Fraction(1), sensitivity=Fraction(sensitivity), alphas=alphas, grid_bits=G, page_size=64
+        )
+
+    together = [make(bytes([i]) * 32) for i in range(4)]
+    together[2].integers(70, 5, 2)  # one source already holds a page: it is kept, not redrawn
+    fill_pages(together, offset=60, size=10, level=2)  # pages 0 and 1 of level 2
+    for i, source in enumerate(together):
+        assert (2, 0) in source._pages and (2, 1) in source._pages
+        alone = make(bytes([i]) * 32)
+        assert source.integers(60, 10, 2) == alone.integers(60, 10, 2)
+    with pytest.raises(InvalidInputError):
+        fill_pages([make(b"a" * 32), make(b"b" * 32, sensitivity=5)], offset=0, size=1, level=1)
 
 
 # ---------------------------------------------------------------------------------------------

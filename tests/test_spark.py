@@ -31,6 +31,10 @@ def spark():
         .appName("pure_dp_mf tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
         .getOrCreate()
     )
     yield session
@@ -175,3 +179,72 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
         for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
     }
     assert set(got) == expected and len(got) == 4 * 12  # none missed, the same values as the local engine
+
+
+def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
+    from pure_dp_mf.spark import private_running_counts_stream
+
+    rows = [row for row in _events(3) if row[2] <= 10]
+    keys = ["de", "fr", "it", "es"]
+    (tmp_path / "in").mkdir()
+    for day in range(1, 11):  # one micro-batch per day: the bounds must span micro-batches
+        path = tmp_path / "in" / f"day{day:03d}.csv"
+        path.write_text("uid,country,day,value\n" + "".join(f"{u},{k},{s},{v}\n" for u, k, s, v in rows if s == day))
+        os.utime(path, (1_000_000 + day, 1_000_000 + day))
+    options = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 2, "max_value": 2}
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    rocksdb = spark.conf.get(provider)
+    spark.conf.set(provider, "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider")
+    try:
+        with pytest.raises(InvalidInputError, match="RocksDB state store"):
+            private_running_counts_stream(
+                spark.readStream.schema("uid string, country string, day long").csv(str(tmp_path / "in")),
+                keys=keys,
+                epsilon=1.0,
+                horizon=40,
+                key_column="country",
+                step_column="day",
+                user_column="uid",
+                base=BASE,
+                **options,
+            )
+    finally:
+        spark.conf.set(provider, rocksdb)
+    events = (
+        spark.readStream.schema("uid string, country string, day long, value long")
+        .option("header", True)
+        .option("maxFilesPerTrigger", 1)
+        .csv(str(tmp_path / "in"))
+    )
+    released = private_running_counts_stream(
+        events,
+        keys=keys,
+        epsilon=1.0,
+        horizon=40,
+        key_column="country",
+        step_column="day",
+        value_column="value",
+        user_column="uid",
+        base=BASE,
+        generator=NoiseGenerator.from_seed(9),
+        **options,
+    )
+    query = (
+        released.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert len(list((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))) == 10
+    frame = spark.read.parquet(str(tmp_path / "out")).toPandas()
+    got = {(r.key, int(r.step)): (int(r["count"]), int(r.lower), int(r.upper)) for _, r in frame.iterrows()}
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, rng=NoiseGenerator.from_seed(9), **options)
+    expected = {
+        (key, step): (int(c), lo, hi)
+        for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v, u) for u, k, s, v in rows))
+        for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
+    }
+    assert local.dropped["over_bounds"] > 0  # the bounds bite
+    assert len(frame) == len(got) == 4 * 10 and got == expected

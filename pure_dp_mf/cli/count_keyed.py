@@ -133,10 +133,18 @@ def count_keyed(
     if output_format not in KEYED_FORMATS:
         raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
     resumed = state is not None and state.exists()
-    if output is not None and output.exists() and output.stat().st_size > 0 and not resumed:
-        raise InvalidInputError(f"--output {output} already exists and is not empty")
-    if output_format == "parquet" and (output is None or state is not None):
-        raise InvalidInputError("--format parquet needs --output FILE and no --state (Parquet files are written whole)")
+    steps_folder = output_format == "parquet" and state is not None  # one Parquet file per step
+    if output is not None and not resumed:
+        if output.is_dir() and not steps_folder:
+            raise InvalidInputError(f"--output {output} is a folder, not a file")
+        if output.is_dir() and any(output.iterdir()) or output.is_file() and output.stat().st_size > 0:
+            raise InvalidInputError(f"--output {output} already exists and is not empty")
+    if output_format == "parquet" and output is None:
+        raise InvalidInputError("--format parquet needs --output (a file; with --state, a folder of one file per step)")
+    if steps_folder and output is not None and output.exists() and not output.is_dir():
+        raise InvalidInputError(
+            f"--output {output}: with --format parquet and --state the output is a folder of one file per step"
+        )
     if engine != "local" and (state is not None or output_format == "parquet"):
         raise InvalidInputError("--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)")
     keys = read_keys(keys_file)
@@ -195,8 +203,29 @@ def count_keyed(
             for key, c, lo, hi in records
         )
 
+    if steps_folder:
+        assert output is not None
+        if not output.parent.is_dir():
+            raise InvalidInputError(f"--output {output}: cannot create the folder ({output.parent} does not exist)")
+        output.mkdir(exist_ok=True)
+        _check_step_files(output, counters=counters, summary=summary, beta=beta)
     if state is not None and not resumed:
         counters.save_state(state)
+    if steps_folder:
+        assert output is not None
+        try:
+            _write_parquet_steps(
+                output,
+                counters=counters,
+                keys=keys,
+                summary=summary,
+                events=_open_events(input_file, key_column, step_column, value_column, user_column),
+                beta=beta,
+            )
+        finally:
+            counters.close()
+        _report_dropped(counters)
+        return
     if output_format == "parquet":
         assert output is not None
         _write_parquet(
@@ -341,13 +370,74 @@ def _open_events(input_file: Path | None, key_column, step_column, value_column,
 
 
 def _write_parquet(output: Path, *, counters: KeyedCounters, keys: list[str], summary: dict, events, beta: float) -> None:
-    """One row group per step: key, step, count, std, lower, upper; the summary in the file's
-    key-value metadata ("pure_dp_mf")."""
+    """One row group per step (``_step_table``) in one file, written whole at the end of the run."""
+    pyarrow = _pyarrow()
+    with pyarrow.parquet.ParquetWriter(output, _step_schema(summary)) as writer:
+        for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
+            writer.write_table(
+                _step_table(step=step, counts=counts, std=std, lower=lower, upper=upper, keys=keys, summary=summary)
+            )
+
+
+STEP_FILE = "step-{:08d}.parquet"
+
+
+def _step_schema(summary: dict):
+    """The columns key, step, count, std, lower, upper; the summary in the key-value metadata
+    ("pure_dp_mf")."""
     pyarrow = _pyarrow()
     fields = [("key", pyarrow.string()), ("step", pyarrow.int64()), ("count", pyarrow.int64())]
     fields += [("std", pyarrow.float64()), ("lower", pyarrow.int64()), ("upper", pyarrow.int64())]
-    schema = pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
-    with pyarrow.parquet.ParquetWriter(output, schema) as writer:
-        for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
-            columns = [keys, [step] * len(keys), counts.tolist(), [std] * len(keys), lower.tolist(), upper.tolist()]
-            writer.write_table(pyarrow.Table.from_arrays([pyarrow.array(c) for c in columns], schema=schema))
+    return pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
+
+
+def _step_table(*, step: int, counts, std: float, lower, upper, keys: list[str], summary: dict):
+    """One step's rows in ``_step_schema``."""
+    pyarrow = _pyarrow()
+    schema = _step_schema(summary)
+    columns = [keys, [step] * len(keys), counts.tolist(), [std] * len(keys), lower.tolist(), upper.tolist()]
+    return pyarrow.Table.from_arrays([pyarrow.array(c) for c in columns], schema=schema)
+
+
+def _write_step_file(folder: Path, *, step: int, table) -> None:
+    """The step's file, written atomically (temporary file, fsync, rename)."""
+    from pure_dp_mf.atomic import atomic_write_bytes
+
+    pyarrow = _pyarrow()
+    buffer = pyarrow.BufferOutputStream()
+    pyarrow.parquet.write_table(table, buffer)
+    atomic_write_bytes(folder / STEP_FILE.format(step), buffer.getvalue().to_pybytes())
+
+
+def _check_step_files(folder: Path, *, counters: KeyedCounters, summary: dict, beta: float) -> None:
+    """A resumed run's folder must hold the files of steps 1 … s, s the state's released steps or
+    one less (a crash after the state was written and before the step's file): that last file is
+    then written from the state (the same values: no new noise). Temporary files of a write cut
+    by the crash (names starting with ".") are removed."""
+    for leftover in folder.glob(".step-*.tmp"):
+        leftover.unlink()
+    names = sorted(path.name for path in folder.iterdir())
+    steps = len(names)
+    if (
+        names != [STEP_FILE.format(step) for step in range(1, steps + 1)]
+        or not counters.released - 1 <= steps <= counters.released
+    ):
+        raise InvalidInputError(
+            f"--output {folder} holds {steps} file(s) but the state has released {counters.released} step(s) "
+            f"(expected {STEP_FILE.format(1)} … {STEP_FILE.format(max(counters.released, 1))})"
+        )
+    if steps < counters.released:
+        counts, std, lower, upper = counters.step_rows(counters.released, beta=beta)
+        table = _step_table(
+            step=counters.released, counts=counts, std=std, lower=lower, upper=upper, keys=counters.keys, summary=summary
+        )
+        _write_step_file(folder, step=counters.released, table=table)
+
+
+def _write_parquet_steps(folder: Path, *, counters: KeyedCounters, keys: list[str], summary: dict, events, beta: float) -> None:
+    """With ``--state``: one Parquet file per released step in ``folder`` (a Parquet dataset that
+    pandas, pyarrow and Spark read whole), each written atomically after the state records the
+    step, so a run killed at any point and resumed writes every step exactly once."""
+    for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta):
+        table = _step_table(step=step, counts=counts, std=std, lower=lower, upper=upper, keys=keys, summary=summary)
+        _write_step_file(folder, step=step, table=table)
