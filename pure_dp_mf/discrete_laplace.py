@@ -355,6 +355,7 @@ def _as_integer_array(values) -> np.ndarray:
 # ------------------------------------------------------------------ many keys in lockstep
 
 _LOCKSTEP_KEYS = 256  # keys sampled together: each holds a buffer of about 2^15 bytes
+_LOCKSTEP_MIN = 8  # fewer keys are drawn one at a time (lockstep measured slower below 8 keys)
 
 
 class _WordStreams:
@@ -462,12 +463,12 @@ def discrete_laplace_blocks(*, s: int, t: int, count: int, keys: Sequence[bytes]
     the concatenation of their entries, each key reading its own ``WordStream`` (``_WordStreams``)
     in its own entry order; a key with no entries in a call reads nothing, as the single-key
     sampler makes no read for an empty call. So each key sees exactly its own sequence of reads.
-    Keys whose values leave int64 (V with t·(V + 1) > 2^62), and every key when t ≥ 2^62, are
-    drawn by the single-key sampler, exact in Python integers."""
+    Keys whose values leave int64 (V with t·(V + 1) > 2^62), every key when t ≥ 2^62, and fewer
+    than 8 keys (where lockstep is slower) are drawn by the single-key sampler."""
     if s < 1 or t < 1:
         raise InvalidInputError(f"the discrete Laplace rate s/t needs integers s, t >= 1, got {s}/{t}")
     keys = list(keys)
-    if t >= VECTOR_LIMIT or not keys or count < 1:
+    if t >= VECTOR_LIMIT or len(keys) < _LOCKSTEP_MIN or count < 1:
         return [discrete_laplace_block(s=s, t=t, count=count, key=key, index=index) for key in keys]
     out: list[np.ndarray] = []
     for first in range(0, len(keys), _LOCKSTEP_KEYS):  # groups bound the buffers' memory

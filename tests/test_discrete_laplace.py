@@ -206,6 +206,7 @@ def test_huge_rates_fall_back_to_the_exact_scalar_sampler():
 def test_many_keys_in_lockstep_draw_each_keys_own_block(s, t, count, monkeypatch):
     keys = [bytes([i]) * 32 for i in range(7)] + [KEY]
     monkeypatch.setattr(dl, "_LOCKSTEP_KEYS", 3)  # groups of 3, 3 and 2 keys
+    monkeypatch.setattr(dl, "_LOCKSTEP_MIN", 1)  # every group in lockstep
     together = dl.discrete_laplace_blocks(s=s, t=t, count=count, keys=keys, index=9)
     assert len(together) == len(keys)
     for key, values in zip(keys, together, strict=True):

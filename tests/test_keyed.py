@@ -105,9 +105,15 @@ def test_every_key_has_its_own_noise_independent_of_the_key_list():
     assert len({NoiseGenerator.from_seed(3).child(key).key for key in keys}) == len(keys)
 
 
-def test_vectorised_noise_is_each_keys_own_release():
-    counters = _counters(["x", "y", "z"])
-    batch = counters._batch.noise(0, 60)  # every key's pages drawn together, in lockstep
+def test_vectorised_noise_is_each_keys_own_release(monkeypatch):
+    from pure_dp_mf import discrete_laplace
+
+    groups = []
+    lockstep = discrete_laplace._lockstep_blocks
+    monkeypatch.setattr(discrete_laplace, "_lockstep_blocks", lambda **draw: groups.append(draw) or lockstep(**draw))
+    counters = _counters([f"key {i}" for i in range(9)])
+    batch = counters._batch.noise(0, 60)  # every key's pages drawn together, in lockstep (≥ 8 keys)
+    assert groups and all(len(group["keys"]) == 9 for group in groups)
     for j, release in enumerate(counters._releases):
         release.source._pages.clear()  # then each key's pages drawn again, by its own sampler
         assert batch[j].tolist() == release.noise(0, 60).tolist()
