@@ -29,8 +29,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import secrets
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -67,6 +71,50 @@ class NoiseGenerator:
     def secure(cls) -> NoiseGenerator:
         """A generator keyed from the operating system's CSPRNG (``secrets``): for production."""
         return cls(key=secrets.token_bytes(KEY_BYTES), seeded=False)
+
+    @classmethod
+    def from_key_file(cls, path: str | os.PathLike) -> NoiseGenerator:
+        """A secure generator whose key lives in the file ``path``: created when missing (a key
+        from ``secrets``, the ``to_record`` JSON, mode 0600, written to a temporary file and
+        linked into place, so two processes racing to create it end with one key), read when
+        present.
+
+        For an engine that restarts a release, such as a Spark streaming query restarted from its
+        checkpoint: every restart gets the same key, so a replayed step regenerates its noise and
+        later steps continue the same noise vector. A fresh key after a restart would release the
+        later steps of the same data under new noise, a second ε-DP release (2ε in all). Keep the
+        file secret, beside the query's checkpoint, and use it for that one query only."""
+        target = Path(path)
+        if not target.exists():
+            folder = target.parent if str(target.parent) else Path(".")
+            if not folder.is_dir():
+                raise InvalidInputError(f"key file {target}: folder {folder} does not exist")
+            record = json.dumps(cls.secure().to_record()).encode()
+            handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+            try:
+                with os.fdopen(handle, "wb") as stream:  # mkstemp creates it with mode 0600
+                    stream.write(record)
+                    stream.flush()
+                    os.fsync(stream.fileno())
+                try:
+                    os.link(temporary, target)  # fails if another process created it first: use theirs
+                except FileExistsError:
+                    pass
+            finally:
+                os.unlink(temporary)
+            directory = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        try:
+            record = json.loads(target.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise InvalidInputError(f"key file {target}: cannot read it ({error})") from None
+        generator = cls.from_record(record)
+        if generator.seeded:
+            raise InvalidInputError(f"key file {target} holds a seeded key: a key file is for private releases")
+        return generator
 
     @classmethod
     def from_seed(cls, seed: int) -> NoiseGenerator:

@@ -186,7 +186,10 @@ def private_running_counts_stream(
     batch: the batch's new steps (``dropDuplicates`` on the step: a small state of at most n
     steps) are cross-joined with the key list so that keys without events are invoked too, and
     ``groupBy(key).applyInPandasWithState`` keeps each key's counter state in Spark's state
-    store: (running total, steps released, pending), three numbers. The noise of (key, step) is
+    store: (running total, steps released, pending), three numbers. ``generator`` is required
+    and must be the same at every restart of the query (``NoiseGenerator.from_key_file``): a fresh
+    key after a restart would release the later steps under new noise, a second release of the
+    same data. The noise of (key, step) is
     a pure function of the generator and the key, so a micro-batch replayed after a crash
     releases exactly what it released before; with a replayable source and an idempotent sink
     (Spark's file sink) no step is released twice or missed. A step is complete when its first
@@ -206,7 +209,11 @@ def private_running_counts_stream(
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     keys = check_keys(keys)
-    generator = generator if generator is not None else NoiseGenerator.secure()
+    if generator is None:
+        raise InvalidInputError(
+            "a streaming query needs a generator that survives restarts: "
+            "generator=NoiseGenerator.from_key_file(path), one key file per query, kept beside its checkpoint"
+        )
     for flag, name in (
         ("key_column", key_column),
         ("step_column", step_column),

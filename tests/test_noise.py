@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 
 import numpy as np
@@ -46,6 +47,23 @@ def test_record_round_trip_and_bad_records():
         NoiseGenerator(key=b"short", seeded=True)
     with pytest.raises(InvalidInputError):
         NoiseGenerator.from_seed(-1)
+
+
+def test_key_file_is_created_once_and_read_at_every_restart(tmp_path):
+    path = tmp_path / "query.key"
+    first = NoiseGenerator.from_key_file(path)
+    assert not first.seeded and path.stat().st_mode & 0o777 == 0o600
+    assert NoiseGenerator.from_key_file(path) == first  # a restart: the same key
+    assert NoiseGenerator.from_key_file(tmp_path / "other.key") != first  # another query: another key
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.key", "query.key"]  # no temporary left
+    path.write_text("{not json")
+    with pytest.raises(InvalidInputError, match="cannot read"):
+        NoiseGenerator.from_key_file(path)
+    path.write_text(json.dumps(NoiseGenerator.from_seed(3).to_record()))
+    with pytest.raises(InvalidInputError, match="seeded"):
+        NoiseGenerator.from_key_file(path)
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        NoiseGenerator.from_key_file(tmp_path / "missing" / "query.key")
 
 
 def test_laplace_from_words_extremes():

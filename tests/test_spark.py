@@ -123,7 +123,7 @@ events = (spark.readStream.schema("uid string, country string, day long, value l
           .option("maxFilesPerTrigger", 1).csv(folder + "/in"))
 released = private_running_counts_stream(events, keys=["de", "fr", "it", "es"], epsilon=1.0, horizon=40,
     key_column="country", step_column="day", value_column="value", max_value=2, base=base,
-    generator=NoiseGenerator.from_seed(8))
+    generator=NoiseGenerator.from_key_file(folder + "/noise.key"))  # the same secure key at every restart
 writer = (released.writeStream.format("parquet").option("path", folder + "/out")
           .option("checkpointLocation", folder + "/checkpoint"))
 query = writer.trigger(availableNow=True).start() if mode == "once" else writer.trigger(processingTime="200 milliseconds").start()
@@ -172,7 +172,9 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     got = [(r.key, int(r.step), int(r["count"]), int(r.lower), int(r.upper)) for _, r in released.iterrows()]
     assert len(got) == len({(key, step) for key, step, *_ in got})  # no step released twice
     keys = ["de", "fr", "it", "es"]
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(8))
+    generator = NoiseGenerator.from_key_file(tmp_path / "noise.key")
+    assert not generator.seeded and (tmp_path / "noise.key").stat().st_mode & 0o777 == 0o600
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, max_value=2, rng=generator)
     expected = {
         (key, step, int(c), lo, hi)
         for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v) for _, k, s, v in rows))
@@ -206,6 +208,7 @@ def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
                 step_column="day",
                 user_column="uid",
                 base=BASE,
+                generator=NoiseGenerator.from_seed(9),
                 **options,
             )
     finally:
@@ -216,6 +219,8 @@ def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
         .option("maxFilesPerTrigger", 1)
         .csv(str(tmp_path / "in"))
     )
+    with pytest.raises(InvalidInputError, match="survives restarts"):  # no default key: a restart would redraw
+        private_running_counts_stream(events, keys=keys, epsilon=1.0, horizon=40, key_column="country", step_column="day")
     released = private_running_counts_stream(
         events,
         keys=keys,

@@ -325,7 +325,8 @@ def test_shipped_base_factorizations(path):
     key = "max_se_constant" if metric == "maxse" else "mean_se_constant"
     achieved = getattr(loaded.costs(), key)
     assert loaded.metadata["costs"][key] == pytest.approx(achieved, rel=1e-12)
-    paper = PAPER_TABLE_2[k][0 if metric == "maxse" else 1]
+    # beyond Table 2 (k = 2048), a base must beat the table's largest k for its metric
+    paper = PAPER_TABLE_2[min(k, max(PAPER_TABLE_2))][0 if metric == "maxse" else 1]
     if path.name in SHIPPED_ABOVE_TABLE_2:
         # shipped and certified, but not yet below Table 2: the stated gap is the true one
         assert paper < achieved <= paper * (1 + SHIPPED_ABOVE_TABLE_2[path.name])
