@@ -198,7 +198,9 @@ def private_running_counts_stream(
     unchanged). Values outside [0, m] stop the query with an ``InvalidInputError``.
 
     User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
-    a first stateful stage, ``groupBy(user).applyInPandasWithState``, bounds each user's
+    a first stateful stage, ``groupBy(user).transformWithStateInPandas`` (Spark allows one
+    ``applyInPandasWithState`` per query; this one needs the RocksDB state store, and the call
+    stops with an ``InvalidInputError`` naming the setting without it), bounds each user's
     contributions with the user's bounds state (``ContributionBounder.user_record``: at most K
     entries) in the state store, admitting the micro-batch's events of the user in the order
     (step, key, value), the local engine's order; a user's event at a step before its last kept
@@ -273,7 +275,8 @@ def private_running_counts_stream(
 
 
 def _user_bounds_processor():
-    """The class of ``_UserBounds``, defined when PySpark is importable (the optional extra)."""
+    """The ``StatefulProcessor`` class of the user stage, defined when called, as PySpark is an
+    optional extra."""
     from pyspark.sql.streaming import StatefulProcessor
 
     class UserBounds(StatefulProcessor):
