@@ -116,14 +116,17 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
 from pure_dp_mf.noise import NoiseGenerator
 from pure_dp_mf.spark import private_running_counts_stream
-folder, mode, base = sys.argv[1], sys.argv[2], sys.argv[3]
+folder, mode, base, unit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider").getOrCreate())
 events = (spark.readStream.schema("uid string, country string, day long, value long").option("header", True)
           .option("maxFilesPerTrigger", 1).csv(folder + "/in"))
+user = {"user_column": "uid", "privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
 released = private_running_counts_stream(events, keys=["de", "fr", "it", "es"], epsilon=1.0, horizon=40,
     key_column="country", step_column="day", value_column="value", max_value=2, base=base,
-    generator=NoiseGenerator.from_key_file(folder + "/noise.key"))  # the same secure key at every restart
+    generator=NoiseGenerator.from_key_file(folder + "/noise.key"), **user)  # the same secure key at every restart
 writer = (released.writeStream.format("parquet").option("path", folder + "/out")
           .option("checkpointLocation", folder + "/checkpoint"))
 query = writer.trigger(availableNow=True).start() if mode == "once" else writer.trigger(processingTime="200 milliseconds").start()
@@ -131,7 +134,8 @@ query.awaitTermination()
 """
 
 
-def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path):
+@pytest.mark.parametrize("unit", ["event", "user"])
+def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, unit):
     import signal
     import subprocess
     import time
@@ -150,7 +154,9 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     write_steps(1, 8)
     running = subprocess.Popen(
-        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "forever", BASE], env=environment, start_new_session=True
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "forever", BASE, unit],
+        env=environment,
+        start_new_session=True,
     )
     commits = tmp_path / "checkpoint" / "commits"
     deadline = time.time() + 300
@@ -161,7 +167,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     assert len(list(commits.glob("[0-9]*"))) >= 3
     write_steps(9, 12)
     finished = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "once", BASE],
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "once", BASE, unit],
         env=environment,
         capture_output=True,
         text=True,
@@ -174,13 +180,16 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     keys = ["de", "fr", "it", "es"]
     generator = NoiseGenerator.from_key_file(tmp_path / "noise.key")
     assert not generator.seeded and (tmp_path / "noise.key").stat().st_mode & 0o777 == 0o600
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, max_value=2, rng=generator)
+    options = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, max_value=2, rng=generator, **options)
+    events = (KeyedEvent(k, s, v, u if unit == "user" else None) for u, k, s, v in rows)
     expected = {
         (key, step, int(c), lo, hi)
-        for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v) for _, k, s, v in rows))
+        for step, counts, std, lower, upper in run_keyed(local, events)
         for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
     }
     assert set(got) == expected and len(got) == 4 * 12  # none missed, the same values as the local engine
+    assert unit == "event" or local.dropped["over_bounds"] > 0  # at user level the bounds bite
 
 
 def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
