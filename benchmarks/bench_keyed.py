@@ -111,9 +111,10 @@ def spark_ratio(keys: int, steps: int, events: int) -> dict:
     return {"keys": keys, "steps": released, "events": events, "local_seconds": local, "spark_seconds": on_spark, "rows": rows}
 
 
-def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: str) -> dict:
+def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: str, *, keys_per_shard: int) -> dict:
     """Spark Structured Streaming on local[2]: one file per step, one micro-batch per file; the
-    per-micro-batch wall time (``triggerExecution``) of the query's progress reports."""
+    per-micro-batch wall time (``triggerExecution``) of the query's progress reports, with the
+    keys released ``keys_per_shard`` at a time by one Python call."""
     import os
     import shutil
     import sys
@@ -145,6 +146,7 @@ def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: st
         epsilon=1.0,
         horizon=max(steps, 2),
         generator=NoiseGenerator.from_seed(2),
+        keys_per_shard=keys_per_shard,
     )
     query = (
         released.writeStream.format("parquet")
@@ -156,7 +158,14 @@ def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: st
     query.awaitTermination()
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"] > 0]
     session.stop()
-    return {"keys": keys, "batches": len(durations), "median_seconds": float(np.median(durations)), "max_seconds": max(durations)}
+    return {
+        "keys": keys,
+        "keys_per_shard": keys_per_shard,
+        "batches": len(durations),
+        "first_seconds": durations[0],
+        "median_seconds": float(np.median(durations)),
+        "max_seconds": max(durations),
+    }
 
 
 def accuracy(horizons: list[int]) -> list[dict]:
@@ -186,15 +195,34 @@ def main() -> None:
     parser.add_argument("--stream-keys", type=int, default=10_000)
     parser.add_argument("--stream-steps", type=int, default=12)
     parser.add_argument("--stream-folder", default="/tmp/pure_dp_mf_bench_stream")
+    parser.add_argument(
+        "--stream-shards",
+        type=int,
+        nargs="+",
+        default=[1024, 1],
+        help="keys per shard to time side by side (1: one Python call per key)",
+    )
     arguments = parser.parse_args()
     if arguments.spark_stream:
-        latency = spark_stream_latency(
-            arguments.stream_keys, arguments.stream_steps, 10 * arguments.stream_keys, arguments.stream_folder
-        )
-        print(
-            f"Spark streaming local[2]: {latency['keys']} keys, {latency['batches']} micro-batches of one step: "
-            f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s"
-        )
+        medians = {}
+        for keys_per_shard in arguments.stream_shards:
+            latency = spark_stream_latency(
+                arguments.stream_keys,
+                arguments.stream_steps,
+                10 * arguments.stream_keys,
+                arguments.stream_folder,
+                keys_per_shard=keys_per_shard,
+            )
+            medians[keys_per_shard] = latency["median_seconds"]
+            print(
+                f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, "
+                f"{latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
+                f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s"
+            )
+        if len(medians) > 1:
+            slowest = max(medians, key=medians.get)
+            for keys_per_shard, median in medians.items():
+                print(f"  median ratio {slowest} / {keys_per_shard} keys per shard: {medians[slowest] / median:.1f}x")
     if arguments.spark:
         timing = spark_ratio(arguments.spark_keys, arguments.spark_steps, arguments.spark_events)
         print(

@@ -10,15 +10,20 @@ proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
 
 Plan: unknown keys dropped (a join with the public key list); with user-level privacy,
 ``groupBy(user).applyInPandas`` applies each user's contribution bounds; the kept values are
-summed per (key, step); the key list is unioned in so that every key has a group, with or
-without events; ``groupBy(key).applyInPandas`` releases each key's steps 1 … ``through`` in one
-vectorised pass (``KeyedCounters.release_all``). The generator key travels to the executors in
-the task closure: run on a cluster you trust with it.
+summed per (key, step); the keys are cut into shards of ``keys_per_shard`` consecutive keys of
+the list (default 1 024), every shard is unioned in so that it has a group with or without events,
+and ``groupBy(shard).applyInPandas`` releases each shard's keys at steps 1 … ``through`` in one
+vectorised pass (``KeyedCounters`` over the shard's keys: the noise of all of them drawn in
+lockstep, one matrix product per base block). A key's noise depends on the run's generator and
+the key only, so the shards change no value. The generator key travels to the executors in the
+task closure: run on a cluster you trust with it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +34,7 @@ from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, check_keys
 from pure_dp_mf.noise import NoiseGenerator
 
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
+KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
 
 
 def private_running_counts(
@@ -51,6 +57,7 @@ def private_running_counts(
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
     lineage: str | None = None,
+    keys_per_shard: int = KEYS_PER_SHARD,
 ) -> Any:
     """The releases of every key at steps 1 … ``through`` (default: the last step of the events)
     as a Spark DataFrame (see the module docstring). Raises ``InvalidInputError`` for a missing
@@ -58,6 +65,7 @@ def private_running_counts(
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
+    shards = _shards(keys, keys_per_shard)
     generator = generator if generator is not None else NoiseGenerator.secure()
     for flag, name in (
         ("key_column", key_column),
@@ -105,17 +113,36 @@ def private_running_counts(
     if through is None:
         through = int(high_step) if high_step is not None else 0
     spark = events.sparkSession
-    key_table = spark.createDataFrame([(key,) for key in keys], "key string")
-    known = table.join(F.broadcast(key_table), on="key", how="inner")
+    key_table = _key_table(spark, shards)
+    known = table.join(F.broadcast(key_table.select("key")), on="key", how="inner")
     if privacy_unit == "user":
         known = known.groupBy("user").applyInPandas(
             lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value, keys=keys),
             "key string, step long, value long",
         )
     totals = known.groupBy("key", "step").agg(F.sum("value").alias("value"))
-    every_key = key_table.select("key", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value"))
-    grouped = totals.unionByName(every_key).groupBy("key")
-    return grouped.applyInPandas(lambda frame: _release_key(frame, through=through, settings=settings), RELEASE_SCHEMA)
+    totals = totals.join(F.broadcast(key_table), on="key", how="inner")
+    every_shard = spark.createDataFrame(
+        [(None, 0, 0, shard) for shard in range(len(shards))], "key string, step long, value long, shard long"
+    )
+    grouped = totals.unionByName(every_shard).groupBy("shard")
+    return grouped.applyInPandas(
+        lambda frame: _release_shard(frame, shards=shards, through=through, settings=settings), RELEASE_SCHEMA
+    )
+
+
+def _shards(keys: Sequence[str], keys_per_shard: int) -> list[list[str]]:
+    """The key list cut into shards of ``keys_per_shard`` consecutive keys (the last one shorter)."""
+    if isinstance(keys_per_shard, bool) or not isinstance(keys_per_shard, int) or keys_per_shard < 1:
+        raise InvalidInputError(f"keys_per_shard must be a positive integer, got {keys_per_shard!r}")
+    return [list(keys[start : start + keys_per_shard]) for start in range(0, len(keys), keys_per_shard)]
+
+
+def _key_table(spark, shards: Sequence[Sequence[str]]):
+    """The public keys with their shard: a DataFrame (key, shard)."""
+    return spark.createDataFrame(
+        [(key, shard) for shard, shard_keys in enumerate(shards) for key in shard_keys], "key string, shard long"
+    )
 
 
 def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int, keys: Sequence[str]):
@@ -133,30 +160,44 @@ def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_val
     return pd.DataFrame(rows, columns=["key", "step", "value"]).astype({"step": "int64", "value": "int64"})
 
 
-def _release_key(frame, *, through: int, settings: dict):
-    """One key's releases at steps 1 … through (``KeyedCounters.release_all`` for that key alone)."""
+def _release_shard(frame, *, shards: Sequence[Sequence[str]], through: int, settings: dict):
+    """One shard's releases at steps 1 … through: every key of the shard in one vectorised pass
+    (rows with step 0 only give the shard its group)."""
+    shard_keys = shards[int(frame["shard"].iloc[0])]
+    counters = _shard_counters(shard_keys, settings)
+    events = frame[frame["step"] >= 1]
+    increments = np.zeros((len(shard_keys), through), dtype=np.int64)
+    rows = events["key"].map(counters.index).to_numpy(dtype=np.int64)
+    np.add.at(increments, (rows, events["step"].to_numpy(dtype=np.int64) - 1), events["value"].to_numpy(dtype=np.int64))
+    return _shard_frame(counters, increments, totals=np.zeros(len(shard_keys), dtype=np.int64), start=0, settings=settings)
+
+
+def _shard_frame(counters: KeyedCounters, increments: np.ndarray, *, totals: np.ndarray, start: int, settings: dict):
+    """The rows (key, step, count, std, lower, upper) of the steps start + 1 … start + s of every
+    key of ``counters``, whose running totals before them are ``totals`` and whose inputs are
+    ``increments`` (keys, s): the values of the local engine (``KeyedCounters.release``)."""
     import pandas as pd
 
-    key = str(frame["key"].iloc[0])
-    counters = _key_counters(key, settings)
-    increments = np.zeros((1, through), dtype=np.int64)
-    for step, value in zip(frame["step"], frame["value"], strict=True):
-        if step >= 1:
-            increments[0, int(step) - 1] += int(value)
-    counts, std, lower, upper = counters.release_all(increments, beta=settings["beta"])
+    keys, steps = increments.shape
+    counts = np.empty_like(increments)
+    for first in range(0, steps, counters.chunk):  # the noise of a chunk of steps at a time, as the local engine
+        last = min(steps, first + counters.chunk)
+        counts[:, first:last] = counters._batch.noise(start + first, start + last)
+    counts += totals[:, None] + np.cumsum(increments, axis=1)
+    std, lower, upper = counters.intervals(counts, start=start, beta=settings["beta"])
     return pd.DataFrame(
         {
-            "key": key,
-            "step": np.arange(1, through + 1, dtype=np.int64),
-            "count": counts[0],
-            "std": std,
-            "lower": lower[0],
-            "upper": upper[0],
+            "key": np.repeat(np.asarray(counters.keys, dtype=object), steps),
+            "step": np.tile(np.arange(start + 1, start + steps + 1, dtype=np.int64), keys),
+            "count": counts.ravel(),
+            "std": np.tile(std, keys),
+            "lower": lower.ravel(),
+            "upper": upper.ravel(),
         }
     )
 
 
-STATE_SCHEMA = "total long, released long, pending long"
+STATE_SCHEMA = "keys_sha256 string, released long, totals string, pending string"  # per-key lists as JSON
 
 
 def private_running_counts_stream(
@@ -178,15 +219,21 @@ def private_running_counts_stream(
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
     lineage: str | None = None,
+    keys_per_shard: int = KEYS_PER_SHARD,
 ) -> Any:
     """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event or per
     user, to be written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
 
     Each micro-batch releases, for every public key, every new step up to the largest step of the
-    batch: the batch's new steps (``dropDuplicates`` on the step: a small state of at most n
-    steps) are cross-joined with the key list so that keys without events are invoked too, and
-    ``groupBy(key).applyInPandasWithState`` keeps each key's counter state in Spark's state
-    store: (running total, steps released, pending), three numbers. ``generator`` is required
+    batch. The keys are cut into shards of ``keys_per_shard`` consecutive keys of the list; the
+    batch's new steps (``dropDuplicates`` on the step: a small state of at most n steps) are
+    cross-joined with the shards so that keys without events are invoked too, and
+    ``groupBy(shard).applyInPandasWithState`` releases a shard's keys in one vectorised pass and
+    keeps their counter state in Spark's state store: the steps released, and per key the running
+    total and the pending late input (the state also holds a digest of the shard's keys: a query
+    restarted with another key list or shard size is refused). An executor keeps the counters of
+    the shards it released last (``_shard_counters``), so a step's noise comes from pages drawn
+    before, not drawn again per micro-batch; the values are the same either way. ``generator`` is required
     and must be the same at every restart of the query (``NoiseGenerator.from_key_file``): a fresh
     key after a restart would release the later steps under new noise, a second release of the
     same data. The noise of (key, step) is
@@ -242,14 +289,16 @@ def private_running_counts_stream(
         max_per_key=max_per_key,
     )
     spark = events.sparkSession
+    shards = _shards(keys, keys_per_shard)
     value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
     columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
     if user_column is not None:
         columns.append(F.col(user_column).cast("string").alias("user"))
     table = events.select(*columns)
-    key_table = spark.createDataFrame([(key,) for key in keys], "key string")
-    ticks = table.select("step").dropDuplicates(["step"]).crossJoin(F.broadcast(key_table))
-    known = table.join(F.broadcast(key_table), on="key", how="inner")
+    key_table = _key_table(spark, shards)
+    shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
+    ticks = table.select("step").dropDuplicates(["step"]).crossJoin(F.broadcast(shard_table))
+    known = table.join(F.broadcast(key_table.select("key")), on="key", how="inner")
     if privacy_unit == "user":
         provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass", "")
         if "RocksDB" not in provider:
@@ -264,13 +313,18 @@ def private_running_counts_stream(
             outputMode="Append",
             timeMode="None",
         )
-    rows = known.select("key", "step", "value").unionByName(ticks.select("key", "step", F.lit(0).cast("long").alias("value")))
-    return rows.groupBy("key").applyInPandasWithState(
-        lambda key, frames, state: _release_stream(key, frames, state, settings=settings),
-        RELEASE_SCHEMA,
-        STATE_SCHEMA,
-        "append",
-        GroupStateTimeout.NoTimeout,
+    rows = known.select("key", "step", "value").join(F.broadcast(key_table), on="key", how="inner")
+    ticks = ticks.select(F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), "shard")
+    return (
+        rows.unionByName(ticks)
+        .groupBy("shard")
+        .applyInPandasWithState(
+            lambda shard, frames, state: _release_stream(shard, frames, state, shards=shards, settings=settings),
+            RELEASE_SCHEMA,
+            STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
     )
 
 
@@ -324,41 +378,50 @@ def _user_bounds(*, settings: dict, keys: Sequence[str]):
     return _user_bounds_processor()(settings=settings, keys=keys)
 
 
-def _release_stream(key: tuple, frames, state, *, settings: dict):
-    """One key in one micro-batch: release its new steps; the state is (total, released, pending)."""
-    import pandas as pd
-
-    total, released, pending = state.get if state.exists else (0, 0, 0)
-    data = pd.concat(list(frames))
+def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict):
+    """One shard in one micro-batch: release its keys' new steps (rows without a key only give
+    the shard its group). The state is (digest of the shard's keys, steps released, running
+    totals, pending late inputs)."""
+    shard_keys = shards[int(shard[0])]
+    digest = hashlib.sha256(json.dumps(list(shard_keys)).encode()).hexdigest()
+    if state.exists:
+        keys_sha256, released, totals, pending = state.get
+        if keys_sha256 != digest:
+            raise InvalidInputError("the key list or keys_per_shard differs from the one this checkpoint was started with")
+        totals, pending = np.asarray(json.loads(totals), dtype=np.int64), np.asarray(json.loads(pending), dtype=np.int64)
+    else:
+        released, totals, pending = 0, np.zeros(len(shard_keys), dtype=np.int64), np.zeros(len(shard_keys), dtype=np.int64)
+    counters = _shard_counters(shard_keys, settings)
+    data = _concat(frames)
     steps, values = data["step"].to_numpy(dtype=np.int64), data["value"].to_numpy(dtype=np.int64)
     horizon, max_value = settings["horizon"], settings["max_value"]
     if len(values) and (values.min() < 0 or values.max() > max_value):
         raise InvalidInputError(f"a value is outside [0, {max_value}]")
     if len(steps) and (steps.min() < 1 or steps.max() > horizon):
         raise InvalidInputError(f"a step is outside [1, {horizon}]")
-    top = int(steps.max()) if len(steps) else released
+    events = data["key"].notna().to_numpy()
+    rows = data["key"][events].map(counters.index).to_numpy(dtype=np.int64)
+    steps, values = steps[events], values[events]
+    top = max(int(data["step"].max()) if len(data) else 0, released)
+    late = steps <= released
     if settings["privacy_unit"] == "event":  # a late event moves to the next step released
-        pending = int(pending + values[steps <= released].sum())
+        np.add.at(pending, rows[late], values[late])
     if top <= released:
-        state.update((int(total), int(released), pending))
+        state.update((digest, int(released), json.dumps(totals.tolist()), json.dumps(pending.tolist())))
         return
-    increments = np.zeros(top - released, dtype=np.int64)
-    np.add.at(increments, steps[steps > released] - released - 1, values[steps > released])
-    increments[0] += pending
-    counters = _key_counters(str(key[0]), settings)
-    counts = total + np.cumsum(increments) + counters._batch.noise(released, top)[0]
-    std, lower, upper = counters.intervals(counts[None, :], start=released, beta=settings["beta"])
-    state.update((int(total + increments.sum()), top, 0))
-    yield pd.DataFrame(
-        {
-            "key": str(key[0]),
-            "step": np.arange(released + 1, top + 1, dtype=np.int64),
-            "count": counts,
-            "std": std,
-            "lower": lower[0],
-            "upper": upper[0],
-        }
-    )
+    increments = np.zeros((len(shard_keys), top - released), dtype=np.int64)
+    np.add.at(increments, (rows[~late], steps[~late] - released - 1), values[~late])
+    increments[:, 0] += pending
+    frame = _shard_frame(counters, increments, totals=totals, start=released, settings=settings)
+    state.update((digest, top, json.dumps((totals + increments.sum(axis=1)).tolist()), json.dumps([0] * len(shard_keys))))
+    yield frame
+
+
+def _concat(frames):
+    """The micro-batch's frames of one group as one pandas frame."""
+    import pandas as pd
+
+    return pd.concat(list(frames), ignore_index=True)
 
 
 def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float, **mechanism) -> dict:
@@ -375,9 +438,26 @@ def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float
     }
 
 
-def _key_counters(key: str, settings: dict) -> KeyedCounters:
-    """One key's counter on an executor, from the run's settings."""
-    mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage")}
-    return KeyedCounters(
-        keys=[key], rng=NoiseGenerator.from_record(settings["generator"]), lineage=settings["lineage"], **mechanism
-    )
+_SHARD_COUNTERS: OrderedDict[tuple[str, str], KeyedCounters] = OrderedDict()
+_SHARD_CACHE_SIZE = 8
+
+
+def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
+    """The counters of one shard's keys on an executor, from the run's settings; the last
+    ``_SHARD_CACHE_SIZE`` shards are kept in the Python worker, with their drawn noise pages, so
+    the next micro-batch of a shard reuses them. Kept or rebuilt, a key's noise at a step is the
+    same pure function of (generator, key, step): caching changes no value and draws no noise
+    twice for different data."""
+    run = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+    tag = (run, hashlib.sha256(json.dumps(list(shard_keys)).encode()).hexdigest())
+    counters = _SHARD_COUNTERS.get(tag)
+    if counters is None:
+        mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage")}
+        counters = KeyedCounters(
+            keys=shard_keys, rng=NoiseGenerator.from_record(settings["generator"]), lineage=settings["lineage"], **mechanism
+        )
+        _SHARD_COUNTERS[tag] = counters
+        while len(_SHARD_COUNTERS) > _SHARD_CACHE_SIZE:
+            _SHARD_COUNTERS.popitem(last=False)
+    _SHARD_COUNTERS.move_to_end(tag)
+    return counters

@@ -53,8 +53,8 @@ def _events(seed: int = 0) -> list[tuple[str, str, int, int]]:
     )
 
 
-@pytest.mark.parametrize("unit", ["event", "user"])
-def test_spark_batch_equals_local(spark, unit):
+@pytest.mark.parametrize(("unit", "keys_per_shard"), [("event", 1024), ("user", 1024), ("event", 3), ("user", 1)])
+def test_spark_batch_equals_local(spark, unit, keys_per_shard):
     keys = ["de", "fr", "it", "es"]  # "es" has no events, "mars" is not public
     rows = _events()
     options = {"privacy_unit": unit, "max_value": 2}
@@ -79,6 +79,7 @@ def test_spark_batch_equals_local(spark, unit):
         user_column="uid" if unit == "user" else None,
         base=BASE,
         generator=NoiseGenerator.from_seed(8),
+        keys_per_shard=keys_per_shard,
         **options,
     ).toPandas()
     got = {(r.key, int(r.step)): (int(r["count"]), int(r.lower), int(r.upper)) for _, r in released.iterrows()}
@@ -126,7 +127,7 @@ events = (spark.readStream.schema("uid string, country string, day long, value l
 user = {"user_column": "uid", "privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
 released = private_running_counts_stream(events, keys=["de", "fr", "it", "es"], epsilon=1.0, horizon=40,
     key_column="country", step_column="day", value_column="value", max_value=2, base=base,
-    generator=NoiseGenerator.from_key_file(folder + "/noise.key"), **user)  # the same secure key at every restart
+    generator=NoiseGenerator.from_key_file(folder + "/noise.key"), keys_per_shard=3, **user)  # the same secure key at every restart; shards de fr it / es
 writer = (released.writeStream.format("parquet").option("path", folder + "/out")
           .option("checkpointLocation", folder + "/checkpoint"))
 query = writer.trigger(availableNow=True).start() if mode == "once" else writer.trigger(processingTime="200 milliseconds").start()
@@ -262,3 +263,30 @@ def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
     }
     assert local.dropped["over_bounds"] > 0  # the bounds bite
     assert len(frame) == len(got) == 4 * 10 and got == expected
+    path = tmp_path / "in" / "day011.csv"  # one more day, but the query restarted with other shards
+    path.write_text("uid,country,day,value\nu1,de,11,1\n")
+    os.utime(path, (1_000_011, 1_000_011))
+    resharded = private_running_counts_stream(
+        events,
+        keys=keys,
+        epsilon=1.0,
+        horizon=40,
+        key_column="country",
+        step_column="day",
+        value_column="value",
+        user_column="uid",
+        base=BASE,
+        generator=NoiseGenerator.from_seed(9),
+        keys_per_shard=2,
+        **options,
+    )
+    query = (
+        resharded.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="keys_per_shard differs"):
+        query.awaitTermination()
+    assert len(list((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))) == 10  # nothing released
