@@ -356,20 +356,24 @@ class KeyedCounters:
         std, lower, upper = self.intervals(counts, start=step - 1, beta=beta)
         return counts, float(std[0]), lower, upper
 
-    def release_all(self, increments: np.ndarray, *, beta: float = 0.05):
-        """Release steps 1 … s at once from ``increments`` of shape (keys, s) (the first s
-        steps): (counts (keys, s), std (s,), lower, upper (keys, s)), the same values as s calls of
-        ``release`` (for engines that hold a key's whole input, such as Spark's groups)."""
+    def release_steps(self, increments: np.ndarray, *, start: int, totals: np.ndarray, beta: float = 0.05):
+        """The releases of the 0-based steps start, …, start + s − 1 of every key whose running
+        totals before them are ``totals`` (keys,) and whose inputs are ``increments`` (keys, s):
+        (counts (keys, s), std (s,), lower, upper (keys, s)), the same values as s calls of
+        ``release``. Leaves the counter's own state as it is: for engines that keep each key's
+        running total themselves (Spark's groups and state store)."""
         increments = np.asarray(increments, dtype=np.int64)
-        if self.released != 0 or increments.ndim != 2 or increments.shape[0] != len(self.keys):
-            raise InvalidInputError("release_all releases a fresh counter's first steps for every key")
+        if increments.ndim != 2 or increments.shape[0] != len(self.keys):
+            raise InvalidInputError(f"expected increments of shape ({len(self.keys)}, steps), got {increments.shape}")
         steps = increments.shape[1]
-        if steps > self.horizon:
-            raise InvalidInputError(f"{steps} steps exceed the horizon {self.horizon}")
-        counts = np.cumsum(increments, axis=1) + self._batch.noise(0, steps)
-        self.sums = increments.sum(axis=1)
-        self.released = steps
-        return (counts, *self.intervals(counts, start=0, beta=beta))
+        if start < 0 or start + steps > self.horizon:
+            raise InvalidInputError(f"steps {start + 1} … {start + steps} are outside [1, {self.horizon}]")
+        counts = np.empty_like(increments)
+        for first in range(0, steps, self.chunk):  # the noise of a chunk of steps at a time, as ``release``
+            last = min(steps, first + self.chunk)
+            counts[:, first:last] = self._batch.noise(start + first, start + last)
+        counts += np.asarray(totals, dtype=np.int64)[:, None] + np.cumsum(increments, axis=1)
+        return (counts, *self.intervals(counts, start=start, beta=beta))
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key."""

@@ -32,6 +32,7 @@ import numpy as np
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, check_keys
 from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.validation import check_size
 
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
 KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
@@ -133,8 +134,7 @@ def private_running_counts(
 
 def _shards(keys: Sequence[str], keys_per_shard: int) -> list[list[str]]:
     """The key list cut into shards of ``keys_per_shard`` consecutive keys (the last one shorter)."""
-    if isinstance(keys_per_shard, bool) or not isinstance(keys_per_shard, int) or keys_per_shard < 1:
-        raise InvalidInputError(f"keys_per_shard must be a positive integer, got {keys_per_shard!r}")
+    keys_per_shard = check_size(keys_per_shard, name="keys_per_shard")
     return [list(keys[start : start + keys_per_shard]) for start in range(0, len(keys), keys_per_shard)]
 
 
@@ -173,18 +173,12 @@ def _release_shard(frame, *, shards: Sequence[Sequence[str]], through: int, sett
 
 
 def _shard_frame(counters: KeyedCounters, increments: np.ndarray, *, totals: np.ndarray, start: int, settings: dict):
-    """The rows (key, step, count, std, lower, upper) of the steps start + 1 … start + s of every
-    key of ``counters``, whose running totals before them are ``totals`` and whose inputs are
-    ``increments`` (keys, s): the values of the local engine (``KeyedCounters.release``)."""
+    """The rows (key, step, count, std, lower, upper) of ``KeyedCounters.release_steps``: the
+    steps start + 1 … start + s of every key of ``counters``."""
     import pandas as pd
 
     keys, steps = increments.shape
-    counts = np.empty_like(increments)
-    for first in range(0, steps, counters.chunk):  # the noise of a chunk of steps at a time, as the local engine
-        last = min(steps, first + counters.chunk)
-        counts[:, first:last] = counters._batch.noise(start + first, start + last)
-    counts += totals[:, None] + np.cumsum(increments, axis=1)
-    std, lower, upper = counters.intervals(counts, start=start, beta=settings["beta"])
+    counts, std, lower, upper = counters.release_steps(increments, start=start, totals=totals, beta=settings["beta"])
     return pd.DataFrame(
         {
             "key": np.repeat(np.asarray(counters.keys, dtype=object), steps),
@@ -382,8 +376,11 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     """One shard in one micro-batch: release its keys' new steps (rows without a key only give
     the shard its group). The state is (digest of the shard's keys, steps released, running
     totals, pending late inputs)."""
+    import pandas as pd
+
     shard_keys = shards[int(shard[0])]
-    digest = hashlib.sha256(json.dumps(list(shard_keys)).encode()).hexdigest()
+    counters = _shard_counters(shard_keys, settings)
+    digest = counters._keys_sha256
     if state.exists:
         keys_sha256, released, totals, pending = state.get
         if keys_sha256 != digest:
@@ -391,8 +388,7 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
         totals, pending = np.asarray(json.loads(totals), dtype=np.int64), np.asarray(json.loads(pending), dtype=np.int64)
     else:
         released, totals, pending = 0, np.zeros(len(shard_keys), dtype=np.int64), np.zeros(len(shard_keys), dtype=np.int64)
-    counters = _shard_counters(shard_keys, settings)
-    data = _concat(frames)
+    data = pd.concat(list(frames), ignore_index=True)
     steps, values = data["step"].to_numpy(dtype=np.int64), data["value"].to_numpy(dtype=np.int64)
     horizon, max_value = settings["horizon"], settings["max_value"]
     if len(values) and (values.min() < 0 or values.max() > max_value):
@@ -417,13 +413,6 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     yield frame
 
 
-def _concat(frames):
-    """The micro-batch's frames of one group as one pandas frame."""
-    import pandas as pd
-
-    return pd.concat(list(frames), ignore_index=True)
-
-
 def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float, **mechanism) -> dict:
     """The picklable settings every executor rebuilds a key's counter from: the driver's
     ``KeyedCounters`` checks them once and fixes the base file and the run's lineage (every
@@ -438,7 +427,7 @@ def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float
     }
 
 
-_SHARD_COUNTERS: OrderedDict[tuple[str, str], KeyedCounters] = OrderedDict()
+_SHARD_COUNTERS: OrderedDict[tuple[str, tuple[str, ...]], KeyedCounters] = OrderedDict()
 _SHARD_CACHE_SIZE = 8
 
 
@@ -449,7 +438,7 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
     same pure function of (generator, key, step): caching changes no value and draws no noise
     twice for different data."""
     run = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-    tag = (run, hashlib.sha256(json.dumps(list(shard_keys)).encode()).hexdigest())
+    tag = (run, tuple(shard_keys))
     counters = _SHARD_COUNTERS.get(tag)
     if counters is None:
         mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage")}

@@ -220,6 +220,24 @@ def test_releases_are_the_true_running_counts_plus_each_keys_noise():
     assert np.array([counts for _, counts, *_ in released]).T.tolist() == (truth + noise).tolist()
 
 
+def test_release_steps_from_given_totals_are_the_step_by_step_releases():
+    rng = np.random.default_rng(3)
+    keys = ["a", "b", "c"]
+    increments = rng.integers(0, 3, size=(len(keys), 50))
+    one_by_one = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(4))
+    expected = [one_by_one.release(increments[:, t]) for t in range(50)]
+    bars = [one_by_one.intervals(counts, start=t, beta=0.05) for t, counts in enumerate(expected)]
+    at_once = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(4), chunk=7)
+    first = at_once.release_steps(increments[:, :20], start=0, totals=np.zeros(3, dtype=np.int64))
+    second = at_once.release_steps(increments[:, 20:], start=20, totals=increments[:, :20].sum(axis=1))
+    counts = np.concatenate([first[0], second[0]], axis=1)
+    assert counts.T.tolist() == [row.tolist() for row in expected]
+    assert np.concatenate([first[2], second[2]], axis=1).T.tolist() == [lower.tolist() for _, lower, _ in bars]
+    assert at_once.released == 0  # the counter's own state is left as it is
+    with pytest.raises(InvalidInputError, match="outside"):
+        at_once.release_steps(increments, start=20, totals=np.zeros(3, dtype=np.int64))
+
+
 def test_count_keyed_state_resumes_and_completes_the_output(tmp_path):
     rows = [
         ("u1", "de", 1, 2),
