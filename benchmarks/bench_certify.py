@@ -21,10 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pure_dp_mf import exact
-from pure_dp_mf.certify import certify_factorization, verify_certificate
-from pure_dp_mf.factorization import Factorization, decoder_from_encoder
-from pure_dp_mf.workloads import toeplitz_square_root
+from pure_dp_mf.certificates import exact
+from pure_dp_mf.certificates.certify import certify_factorization, verify_certificate
+from pure_dp_mf.factorizations.factorization import Factorization, decoder_from_encoder
+from pure_dp_mf.factorizations.workloads import toeplitz_square_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fraction_certifier import fraction_decoder_bound  # noqa: E402  (the slow reference lives with the tests)

@@ -40,9 +40,9 @@ CHUNK = 1 << 16
 
 def library_rates(base: Path, n: int, repeats: int) -> tuple[float, float]:
     """(exact counts/s, float counts/s), medians, same base, same n, same chunking."""
-    from pure_dp_mf.factorization import Factorization
-    from pure_dp_mf.noise import NoiseGenerator, round_to_integers
-    from pure_dp_mf.stream import ContinualCounter, GeneratorSource, LiftedNoise
+    from pure_dp_mf.engines.continual import ContinualCounter, GeneratorSource, LiftedNoise
+    from pure_dp_mf.factorizations.factorization import Factorization
+    from pure_dp_mf.release.generator import NoiseGenerator, round_to_integers
 
     x = (np.random.default_rng(0).random(n) < 0.3).astype(np.int64)
     exact, floating = [], []

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from pure_dp_mf.gaussian.compare import compare
+from pure_dp_mf.gaussian.comparison import compare
 from pure_dp_mf.gaussian.fft import FFTOptimalDecoderMechanism
 
 

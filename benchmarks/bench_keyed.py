@@ -19,9 +19,11 @@ import time
 
 import numpy as np
 
-from pure_dp_mf import compare, keyed, lattice
-from pure_dp_mf.keyed import KeyedCounters
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.engines import keyed
+from pure_dp_mf.engines.keyed import KeyedCounters
+from pure_dp_mf.mechanisms import planner as compare
+from pure_dp_mf.release import lattice
+from pure_dp_mf.release.generator import NoiseGenerator
 
 
 def throughput(keys: int, steps: int, *, lockstep: bool = True) -> dict:
@@ -52,7 +54,7 @@ def sampler_ratio(keys: int, count: int, repeats: int) -> dict:
     """One page of discrete Laplace noise for each of ``keys`` keys: drawn for all keys in
     lockstep (``discrete_laplace_blocks``) against one key after another
     (``discrete_laplace_block``), side by side, median of ``repeats``; the values are compared."""
-    from pure_dp_mf.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
+    from pure_dp_mf.release.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
 
     noise_keys = [i.to_bytes(32, "little") for i in range(keys)]
     s, t = 1, 2**40 + 15  # a lattice rate like the counters' (ε·2^-32/Δ)
@@ -82,8 +84,8 @@ def spark_ratio(keys: int, steps: int, events: int) -> dict:
     import pandas as pd
     from pyspark.sql import SparkSession
 
-    from pure_dp_mf.keyed import KeyedEvent, run_keyed
-    from pure_dp_mf.spark import private_running_counts
+    from pure_dp_mf.engines.keyed import KeyedEvent, run_keyed
+    from pure_dp_mf.engines.spark import private_running_counts
 
     rng = np.random.default_rng(0)
     names = [f"key{i}" for i in range(keys)]
@@ -121,7 +123,7 @@ def spark_stream_latency(keys: int, steps: int, events_per_step: int, folder: st
 
     from pyspark.sql import SparkSession
 
-    from pure_dp_mf.spark import private_running_counts_stream
+    from pure_dp_mf.engines.spark import private_running_counts_stream
 
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(f"{folder}/in")

@@ -81,9 +81,9 @@ def show(seconds: float | None) -> str:
 
 
 def main() -> None:
+    from pure_dp_mf.factorizations.workloads import prefix_sum
     from pure_dp_mf.gaussian.optimize import optimize
     from pure_dp_mf.gaussian.sensitivity import sensitivity_squared
-    from pure_dp_mf.workloads import prefix_sum
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)

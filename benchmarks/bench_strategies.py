@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from pure_dp_mf.gaussian import toeplitz
-from pure_dp_mf.gaussian.compare import MAX_BUFFERS
+from pure_dp_mf.gaussian.comparison import MAX_BUFFERS
 from pure_dp_mf.gaussian.participation import participation_schema
 
 

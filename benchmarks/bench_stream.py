@@ -43,7 +43,7 @@ UPDATE_STEPS = 200_000
 
 
 def load_base(path: str | None):
-    from pure_dp_mf.factorization import Factorization
+    from pure_dp_mf.factorizations.factorization import Factorization
 
     shipped = BASES / "k256_maxse.npz"
     if path is None and shipped.exists():
@@ -144,8 +144,8 @@ def median_rates(make, run, steps: int, repeats: int) -> tuple[float, float]:
 
 
 def worker(n: int, base_path: str | None, repeats: int, tree: bool) -> dict:
-    from pure_dp_mf.noise import NoiseGenerator
-    from pure_dp_mf.stream import ContinualCounter
+    from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.release.generator import NoiseGenerator
 
     base, _ = load_base(base_path)
     bits = np.random.default_rng(1).random(CHUNK) < 0.5

@@ -4,7 +4,7 @@ For each k, both runs start from the same identity-like R (same seed) and are ti
 same process, one after the other:
 
 * ours: the p-norm surrogate annealed toward the true cost, geometric learning-rate decay,
-  then L-BFGS (``pure_dp_mf.train`` defaults, with the given step budget);
+  then L-BFGS (``pure_dp_mf.factorizations.train`` defaults, with the given step budget);
 * baseline: the paper's plain schedule (section 2.1) without the L-BFGS polish: Adam at a
   constant learning rate directly on the true, non-smooth cost (``surrogate="exact"``).
 
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from pure_dp_mf.train import TrainSettings, paper_target, train_base_factorization
+from pure_dp_mf.factorizations.train import TrainSettings, paper_target, train_base_factorization
 
 
 def timed_run(settings: TrainSettings, target: float) -> dict:
@@ -66,7 +66,7 @@ def step_times(k: int, repeats: int) -> None:
     """Median seconds per Adam step for each decoder, precision and thread count (see above)."""
     import torch
 
-    from pure_dp_mf.train import _Objective
+    from pure_dp_mf.factorizations.train import _Objective
 
     settings = TrainSettings(base_size=k, metric="maxse", inner_size=k)
     generator = np.random.default_rng(0)

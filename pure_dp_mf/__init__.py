@@ -14,7 +14,7 @@ def __getattr__(name: str):
     """``pure_dp_mf.Counter`` (``counter.py``), imported on first use so that ``import pure_dp_mf``
     stays light."""
     if name == "Counter":
-        from pure_dp_mf.counter import Counter
+        from pure_dp_mf.engines.counter import Counter
 
         return Counter
     raise AttributeError(f"module 'pure_dp_mf' has no attribute {name!r}")

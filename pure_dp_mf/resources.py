@@ -1,9 +1,12 @@
-"""The data shipped inside the package: base factorizations and their certificates.
+"""The shipped data: base factorizations and their certificates.
 
-``pure_dp_mf/data/base_factorizations/k{K:03d}_{metric}.npz`` holds the trained bases (encoder
-on the 2⁻³² grid) and ``pure_dp_mf/data/certificates/k{K:03d}_{metric}.json`` their exact
-certificates (each names its base by a path relative to itself). Both folders are package data,
-found through ``importlib.resources``, so an installed wheel has them as a source checkout does.
+In a source checkout they live in the top-level folders ``base_factorizations/`` (the trained
+bases ``k{K:03d}_{metric}.npz``, encoder on the 2⁻³² grid) and ``certificates/`` (their exact
+certificates ``k{K:03d}_{metric}.json``, each naming its base by a path relative to itself).
+The build (``setup.py``) copies both into the wheel as the package data
+``pure_dp_mf/data/base_factorizations`` and ``pure_dp_mf/data/certificates``, with the same
+relative layout, so an installed package finds them as a checkout does: the checkout's folders
+first, the package data otherwise.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from pathlib import Path
 
 from pure_dp_mf.errors import InvalidInputError
 
-_DATA = Path(str(resources.files("pure_dp_mf") / "data"))
+
+def _data_root() -> Path:
+    """The folder holding ``base_factorizations/`` and ``certificates/``."""
+    checkout = Path(__file__).resolve().parents[1]
+    if (checkout / "base_factorizations").is_dir() and (checkout / "certificates").is_dir():
+        return checkout
+    return Path(str(resources.files("pure_dp_mf") / "data"))
+
+
+_DATA = _data_root()
 BASE_FOLDER = _DATA / "base_factorizations"
 CERTIFICATE_FOLDER = _DATA / "certificates"
 _BASE_NAME = re.compile(r"k(\d+)_(maxse|meanse)\.npz")

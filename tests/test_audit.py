@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from pure_dp_mf import trees
-from pure_dp_mf.audit import (
+from pure_dp_mf.mechanisms import trees
+from pure_dp_mf.release.audit import (
     AuditError,
     AuditTarget,
     Pair,
@@ -27,7 +27,7 @@ from pure_dp_mf.audit import (
     default_pairs,
     pair_loss,
 )
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from conftest import run_cli
 from fraction_certifier import fraction_decoder_bound
 from typer.testing import CliRunner
 
-from pure_dp_mf import exact
-from pure_dp_mf.certify import (
+from pure_dp_mf.certificates import exact
+from pure_dp_mf.certificates.certify import (
     Certificate,
     CertificateFileError,
     CertificationError,
@@ -27,10 +27,10 @@ from pure_dp_mf.certify import (
 )
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization, decoder_from_encoder, file_sha256
+from pure_dp_mf.factorizations.factorization import Factorization, decoder_from_encoder, file_sha256
+from pure_dp_mf.factorizations.workloads import toeplitz_square_root
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
-from pure_dp_mf.workloads import toeplitz_square_root
 
 CLAIMS = {
     "maxse": ["encoder_max_column_sum", "decoder_max_row_norm", "c2", "leading_constant", "lifted_constant"],

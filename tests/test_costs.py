@@ -12,9 +12,9 @@ from conftest import dyadic_binary_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pure_dp_mf import costs
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.workloads import prefix_sum, reversal, strictly_upper
+from pure_dp_mf.factorizations import costs
+from pure_dp_mf.factorizations.workloads import prefix_sum, reversal, strictly_upper
 
 
 def test_workloads():

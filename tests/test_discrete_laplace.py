@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pure_dp_mf import discrete_laplace as dl
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.release import discrete_laplace as dl
 
 KEY = bytes(range(32))
 ALPHA = 1e-4  # false-alarm rate of each test below (deterministic draws: the result is fixed)

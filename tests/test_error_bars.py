@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from pure_dp_mf.error_bars import ErrorBarModel, dlap_variance
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.release.error_bars import ErrorBarModel, dlap_variance
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
-from pure_dp_mf.stream import ContinualCounter
 
 BASE = BASE_FOLDER / "k008_maxse.npz"
 
@@ -177,7 +177,7 @@ def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside
 
 @pytest.mark.parametrize("n", [1000, 5000, 1_000_000])
 def test_auto_runs_the_mechanism_compare_ranks_best_with_its_errors(n):
-    from pure_dp_mf.compare import comparison_rows
+    from pure_dp_mf.mechanisms.planner import comparison_rows
 
     best = comparison_rows(n=n, epsilon=0.5, sort_by="maxse")[0]
     counter = ContinualCounter.for_horizon(epsilon=0.5, horizon=n, rng=NoiseGenerator.from_seed(1))

@@ -10,8 +10,8 @@ import scipy.sparse
 from conftest import dyadic_binary_tree, run_cli
 
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
-from pure_dp_mf.factorization import Factorization, array_sha256
-from pure_dp_mf.workloads import toeplitz_square_root
+from pure_dp_mf.factorizations.factorization import Factorization, array_sha256
+from pure_dp_mf.factorizations.workloads import toeplitz_square_root
 
 
 def _write_raw(path, arrays: dict, metadata: dict) -> None:

@@ -24,13 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pure_dp_mf.certify import Certificate, verify_certificate
+from pure_dp_mf.certificates.certify import Certificate, verify_certificate
+from pure_dp_mf.engines.continual import ContinualCounter, read_state
 from pure_dp_mf.errors import PureDPMFError
-from pure_dp_mf.factorization import FORMAT, Factorization, array_sha256
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.factorizations.factorization import FORMAT, Factorization, array_sha256
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
-from pure_dp_mf.stream import ContinualCounter, read_state
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = BASES / "k004_maxse.npz"
@@ -340,7 +340,7 @@ def test_count_bad_numbers(arguments):
 @settings(max_examples=6, deadline=None, database=None, derandomize=not RANDOM)
 @given(data=st.one_of(st.binary(max_size=512), st.just(b""), st.just(VALID_NPZ[:300])))
 def test_corrupted_training_checkpoints(folder, data):
-    from pure_dp_mf.train import load_checkpoint
+    from pure_dp_mf.factorizations.train import load_checkpoint
 
     path = _write(folder, "fuzz.ckpt", data)
     with pytest.raises(PureDPMFError):

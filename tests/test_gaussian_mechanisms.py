@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from pure_dp_mf.cli import app
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.gaussian.compare import compare, default_stamps
+from pure_dp_mf.gaussian.comparison import compare, default_stamps
 from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import VARIANTS, HonakerMechanism, honaker_weights
 from pure_dp_mf.gaussian.participation import Participation

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
+from pure_dp_mf.factorizations.workloads import prefix_sum
 from pure_dp_mf.gaussian.participation import Participation, participation
 from pure_dp_mf.gaussian.sensitivity import (
     gram_sensitivity_squared,
@@ -15,7 +16,6 @@ from pure_dp_mf.gaussian.sensitivity import (
     single_participation_sensitivity_squared,
     total_loss,
 )
-from pure_dp_mf.workloads import prefix_sum
 
 METHODS = ("nonnegative", "exact", "upper-bound")
 

@@ -13,7 +13,7 @@ from conftest import run_cli
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian import toeplitz
-from pure_dp_mf.gaussian.compare import strategy_rows
+from pure_dp_mf.gaussian.comparison import strategy_rows
 from pure_dp_mf.gaussian.participation import MinSeparation, Participation, best_separated_sums, patterns_of
 from pure_dp_mf.gaussian.sensitivity import (
     gram_sensitivity_squared,

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from pure_dp_mf.engines.continual import StateFileError
+from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
-from pure_dp_mf.lift import LiftedFamily, explicit_lift, lift_plan
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms.lift import LiftedFamily, explicit_lift, lift_plan
+from pure_dp_mf.mechanisms.trees import tree_factorization
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
-from pure_dp_mf.stream import StateFileError
-from pure_dp_mf.trees import tree_factorization
 
 BASE = BASE_FOLDER / "k004_maxse.npz"
 
@@ -106,7 +106,7 @@ def test_every_key_has_its_own_noise_independent_of_the_key_list():
 
 
 def test_vectorised_noise_is_each_keys_own_release(monkeypatch):
-    from pure_dp_mf import discrete_laplace
+    from pure_dp_mf.release import discrete_laplace
 
     groups = []
     lockstep = discrete_laplace._lockstep_blocks

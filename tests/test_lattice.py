@@ -11,13 +11,13 @@ import flint
 import numpy as np
 import pytest
 
-from pure_dp_mf import discrete_laplace as dl
+from pure_dp_mf.engines.continual import ContinualCounter, LiftedNoise
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, fill_pages, round_half_up
-from pure_dp_mf.lift import explicit_lift
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
-from pure_dp_mf.stream import ContinualCounter, LiftedNoise
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms.lift import explicit_lift
+from pure_dp_mf.release import discrete_laplace as dl
+from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words
+from pure_dp_mf.release.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, fill_pages, round_half_up
 
 G = 32
 
@@ -90,7 +90,7 @@ def test_terms_walk_equals_the_vectorised_engine():
     rng = np.random.default_rng(0)
     A = rng.standard_normal((3, 3))
     z = rng.standard_normal(2000)
-    from pure_dp_mf.stream import ArraySource
+    from pure_dp_mf.engines.continual import ArraySource
 
     engine = LiftedNoise(decoder=A, alphas=[0.7, 1.3], source=ArraySource(z))
     values = engine.values(0, engine.n)

@@ -12,11 +12,13 @@ import pytest
 from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf import compare, lift, resources
+from pure_dp_mf import resources
 from pure_dp_mf.cli.app import app
-from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorizations.costs import factorization_costs
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms import lift
+from pure_dp_mf.mechanisms import planner as compare
 
 
 def exact_random_base(k: int, seed: int) -> lift.ExactPair:

@@ -16,12 +16,12 @@ import scipy.sparse
 from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf import lower_bounds as lb
-from pure_dp_mf import trees
 from pure_dp_mf.cli import app
-from pure_dp_mf.costs import factorization_costs
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorizations.costs import factorization_costs
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms import lower_bounds as lb
+from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 

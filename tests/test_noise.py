@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words, round_to_integers
+from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words, round_to_integers
 
 
 def test_words_follow_the_documented_derivation():

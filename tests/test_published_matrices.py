@@ -1,5 +1,5 @@
 """Matrices as published (bare .npy, any .npz array, text, integers on a grid) through info,
-certify, verify and lift, and published claims checked exactly (pure_dp_mf.claims)."""
+certify, verify and lift, and published claims checked exactly (pure_dp_mf.certificates.claims)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 
-from pure_dp_mf import exact
-from pure_dp_mf.certify import Certificate, certify_factorization, verify_certificate
-from pure_dp_mf.claims import QUANTITIES, check_claims, proven_ranges
+from pure_dp_mf.certificates import exact
+from pure_dp_mf.certificates.certify import Certificate, certify_factorization, verify_certificate
+from pure_dp_mf.certificates.claims import QUANTITIES, check_claims, proven_ranges
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
 
 

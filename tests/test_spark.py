@@ -11,11 +11,11 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pd = pytest.importorskip("pandas")
 
+from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed  # noqa: E402
+from pure_dp_mf.engines.spark import private_running_counts  # noqa: E402
 from pure_dp_mf.errors import InvalidInputError  # noqa: E402
-from pure_dp_mf.keyed import KeyedCounters, KeyedEvent, run_keyed  # noqa: E402
-from pure_dp_mf.noise import NoiseGenerator  # noqa: E402
+from pure_dp_mf.release.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.resources import BASE_FOLDER  # noqa: E402
-from pure_dp_mf.spark import private_running_counts  # noqa: E402
 
 BASE = str(BASE_FOLDER / "k004_maxse.npz")
 
@@ -115,8 +115,8 @@ DRIVER = """
 import os, sys, time
 os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.spark import private_running_counts_stream
+from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.engines.spark import private_running_counts_stream
 folder, mode, base, unit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2")
@@ -194,7 +194,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
 
 
 def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
-    from pure_dp_mf.spark import private_running_counts_stream
+    from pure_dp_mf.engines.spark import private_running_counts_stream
 
     rows = [row for row in _events(3) if row[2] <= 10]
     keys = ["de", "fr", "it", "es"]

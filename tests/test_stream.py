@@ -19,13 +19,7 @@ from conftest import ROOT, dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
 from pure_dp_mf.cli import app
-from pure_dp_mf.costs import max_column_abs_sum_exact
-from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.lift import as_exact, explicit_lift, lift_plan
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.resources import largest_base_file
-from pure_dp_mf.stream import (
+from pure_dp_mf.engines.continual import (
     ArraySource,
     ContinualCounter,
     GeneratorSource,
@@ -36,6 +30,12 @@ from pure_dp_mf.stream import (
     noise_reversed,
     read_state,
 )
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.costs import max_column_abs_sum_exact
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms.lift import as_exact, explicit_lift, lift_plan
+from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.resources import largest_base_file
 
 
 def _grid_base(k: int, seed: int) -> Factorization:
@@ -571,7 +571,7 @@ def test_count_releases_the_lines_before_a_bad_one_and_names_it(base_file, tmp_p
 def test_counter_from_a_certificate_binds_the_base_and_rechecks_its_sensitivity(tmp_path):
     import shutil
 
-    from pure_dp_mf.certify import ClaimFailedError
+    from pure_dp_mf.certificates.certify import ClaimFailedError
     from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
 
     counter = ContinualCounter.from_certificate(

@@ -134,7 +134,7 @@ def test_scratch_file_holds_the_buffer_and_is_removed(tmp_path):
 def test_from_file_of_multi_epoch_optimize(tmp_path):
     from conftest import run_cli
 
-    from pure_dp_mf.factorization import Factorization
+    from pure_dp_mf.factorizations.factorization import Factorization
     from pure_dp_mf.gaussian.stamping import sensitivity_of
     from pure_dp_mf.resources import BASE_FOLDER
 

@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.resources import BASE_FOLDER as BASES
-from pure_dp_mf.train import (
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.factorizations.train import (
     PAPER_TABLE_2,
     TrainSettings,
     block_warm_start,
@@ -26,6 +25,7 @@ from pure_dp_mf.train import (
     toeplitz_square_root,
     train_base_factorization,
 )
+from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 SHIPPED = BASES
 
@@ -400,7 +400,7 @@ def test_float32_adam_phase_reaches_the_float64_constant(metric):
 
 def test_decoder_by_inverse_equals_the_solve():
     """L = cumsum(R⁻¹) over rows is T_k·R⁻¹ (T_k sums rows 1…t)."""
-    from pure_dp_mf.train import _Objective
+    from pure_dp_mf.factorizations.train import _Objective
 
     rng = np.random.default_rng(5)
     R = np.eye(9) + 0.1 * rng.standard_normal((9, 9))

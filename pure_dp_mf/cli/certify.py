@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf.certify import DEFAULT_GRID_BITS, certify_factorization, verify_certificate
+from pure_dp_mf.certificates.certify import DEFAULT_GRID_BITS, certify_factorization, verify_certificate
 from pure_dp_mf.cli.app import (
     ARRAY_OPTION,
     DECODER_ARRAY_OPTION,
@@ -88,7 +88,7 @@ def check_claims_command(
     as_json: bool = typer.Option(False, "--json", help="print the verdicts as JSON"),
 ) -> None:
     """Check published claims "quantity ≤ c" exactly: holds, fails (proven false) or undecided; exit 0 only if all hold."""
-    from pure_dp_mf.claims import check_claims
+    from pure_dp_mf.certificates.claims import check_claims
 
     with console.status("proving bounds"):
         report = check_claims(path=claims)

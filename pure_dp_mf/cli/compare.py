@@ -9,8 +9,8 @@ import typer
 
 from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.compare import comparison_rows
-from pure_dp_mf.reports import plot_leading_constants
+from pure_dp_mf.mechanisms.planner import comparison_rows
+from pure_dp_mf.reports.figures import plot_leading_constants
 
 
 @app.command()

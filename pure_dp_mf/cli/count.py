@@ -16,10 +16,10 @@ import numpy as np
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
-from pure_dp_mf.error_bars import ErrorBarModel
+from pure_dp_mf.engines.continual import MAX_BLOCK, ContinualCounter, check_steps, format_release, open_release_log
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.stream import MAX_BLOCK, ContinualCounter, check_steps, format_release, open_release_log
+from pure_dp_mf.release.error_bars import ErrorBarModel
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
 

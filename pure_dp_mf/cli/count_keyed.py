@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from pure_dp_mf.cli.app import error_console
+from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.release.generator import NoiseGenerator
 
 KEYED_FORMATS = ("csv", "jsonl", "parquet")
 
@@ -281,7 +281,7 @@ def _count_on_spark(
     output_format: str,
     beta: float,
 ) -> None:
-    """The same releases through ``pure_dp_mf.spark`` on a SparkSession (master from
+    """The same releases through ``pure_dp_mf.engines.spark`` on a SparkSession (master from
     ``PURE_DP_MF_SPARK_MASTER``, default local[2]); written in step order, keys in list order."""
     import os
     import uuid
@@ -292,7 +292,7 @@ def _count_on_spark(
         from pyspark.sql import SparkSession
     except ImportError:
         raise InvalidInputError("--engine spark needs the spark extra: pip install 'pure-dp-mf[spark]'") from None
-    from pure_dp_mf.spark import private_running_counts
+    from pure_dp_mf.engines.spark import private_running_counts
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

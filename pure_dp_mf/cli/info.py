@@ -15,7 +15,7 @@ from pure_dp_mf.cli.app import (
     print_json,
     print_table,
 )
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorizations.factorization import Factorization
 
 
 @app.command()

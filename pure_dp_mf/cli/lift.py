@@ -6,11 +6,11 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf import lift as lifting
 from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import ARRAY_OPTION, INTEGER_GRID_OPTION, app, console, print_json, print_table
-from pure_dp_mf.factorization import Factorization, file_sha256
-from pure_dp_mf.reports import plot_lift_against_trees
+from pure_dp_mf.factorizations.factorization import Factorization, file_sha256
+from pure_dp_mf.mechanisms import lift as lifting
+from pure_dp_mf.reports.figures import plot_lift_against_trees
 
 
 @app.command()

@@ -13,11 +13,11 @@ from pathlib import Path
 import typer
 from rich.progress import track
 
-from pure_dp_mf import lower_bounds, trees
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.reports import plot_tree_ratios
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms import lower_bounds, trees
+from pure_dp_mf.reports.figures import plot_tree_ratios
 from pure_dp_mf.validation import check_size
 
 TREES = ("binary", "kary", "kary-subtraction")

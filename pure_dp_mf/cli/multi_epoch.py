@@ -11,9 +11,9 @@ from typing import cast
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pure_dp_mf import workloads
 from pure_dp_mf.cli.app import app, console, error_console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations import workloads
 from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, Constraint, optimize
 
 multi_epoch_app = typer.Typer(

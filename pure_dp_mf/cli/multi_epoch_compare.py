@@ -1,6 +1,6 @@
 """``pure-dp-mf multi-epoch compare``: the loss table of Choquette-Choo et al. App. D.5 and the per-step variance plot.
 
-Thin: parses, calls ``pure_dp_mf.gaussian.compare``, prints.
+Thin: parses, calls ``pure_dp_mf.gaussian.comparison``, prints.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typer
 from pure_dp_mf.cli.app import console, print_json, print_table
 from pure_dp_mf.cli.multi_epoch import multi_epoch_app
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.gaussian.compare import compare, plot_step_variance
+from pure_dp_mf.gaussian.comparison import compare, plot_step_variance
 
 
 def _stamps(text: str | None) -> list[int] | None:

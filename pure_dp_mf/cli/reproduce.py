@@ -1,6 +1,6 @@
 """``pure-dp-mf reproduce``: verify the certificates, rebuild the papers' tables and figures, write a report.
 
-Thin: parses, calls ``pure_dp_mf.reproduce.reproduce``, prints a summary; exit code 1 when any
+Thin: parses, calls ``pure_dp_mf.reports.reproduce.reproduce``, prints a summary; exit code 1 when any
 section failed (a certificate that does not verify, a module that raised), 0 otherwise.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from pure_dp_mf.cli.app import app, console, error_console, print_table
-from pure_dp_mf.reproduce import reproduce as run
+from pure_dp_mf.reports.reproduce import reproduce as run
 
 SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them all)
     "Arkhipov & Kalinin, Table 2": (

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.train import TrainSettings, prepare_run, train_base_factorization
+from pure_dp_mf.factorizations.train import TrainSettings, prepare_run, train_base_factorization
 
 
 @app.command()

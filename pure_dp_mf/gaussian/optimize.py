@@ -81,7 +81,7 @@ import numpy as np
 import scipy.linalg
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
+from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.gaussian.participation import Participation
 from pure_dp_mf.gaussian.sensitivity import gram_sensitivity_squared, sign_vectors
 from pure_dp_mf.validation import check_matrix, check_positive, check_size

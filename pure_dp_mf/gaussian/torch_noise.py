@@ -126,7 +126,7 @@ class NoiseGenerator:
         Raises:
             InvalidInputError: a file that is not a Gaussian factorization (no participation recorded).
         """
-        from pure_dp_mf.factorization import Factorization
+        from pure_dp_mf.factorizations.factorization import Factorization
         from pure_dp_mf.gaussian.stamping import DenseMechanism, sensitivity_of
 
         factorization = Factorization.load(path)

@@ -22,8 +22,8 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse
 
+from pure_dp_mf.certificates.exact import GRID_BITS, column_abs_sums
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.exact import GRID_BITS, column_abs_sums
 from pure_dp_mf.validation import check_epsilon
 
 

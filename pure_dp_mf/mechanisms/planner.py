@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pure_dp_mf import resources, trees
-from pure_dp_mf.costs import leading_constant
+from pure_dp_mf import resources
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import METRICS, Factorization
-from pure_dp_mf.lift import LiftedFamily, Operand
+from pure_dp_mf.factorizations.costs import leading_constant
+from pure_dp_mf.factorizations.factorization import METRICS, Factorization
+from pure_dp_mf.mechanisms import trees
+from pure_dp_mf.mechanisms.lift import LiftedFamily, Operand
 from pure_dp_mf.validation import check_epsilon, check_size
 
 SORT_KEYS = METRICS

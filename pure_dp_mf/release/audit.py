@@ -69,12 +69,12 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
-from pure_dp_mf import trees
+from pure_dp_mf.engines.continual import ArraySource, ContinualCounter, LiftedNoise
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms import trees
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import largest_base_file
-from pure_dp_mf.stream import ArraySource, ContinualCounter, LiftedNoise
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 MECHANISMS = ("lifted", *trees.MECHANISMS)

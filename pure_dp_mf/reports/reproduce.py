@@ -43,14 +43,19 @@ from typing import Any
 import numpy as np
 
 import pure_dp_mf
-from pure_dp_mf import certify, compare, lift, lower_bounds, published, reports, resources, trees
+from pure_dp_mf import resources
 from pure_dp_mf.atomic import atomic_write_text
+from pure_dp_mf.certificates import certify
+from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.gaussian import compare as gaussian_compare
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.reports import Table, best_tree_limits, plot_step_noise_std, plot_table2, status_against_published
-from pure_dp_mf.stream import ContinualCounter
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.gaussian import comparison as gaussian_compare
+from pure_dp_mf.mechanisms import lift, lower_bounds, trees
+from pure_dp_mf.mechanisms import planner as compare
+from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.reports import figures as reports
+from pure_dp_mf.reports import published
+from pure_dp_mf.reports.figures import Table, best_tree_limits, plot_step_noise_std, plot_table2, status_against_published
 from pure_dp_mf.validation import check_size
 
 CERTIFICATE_FOLDER = resources.CERTIFICATE_FOLDER

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.keyed import ContributionBounder, KeyedCounters, check_keys
-from pure_dp_mf.noise import NoiseGenerator
+from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"

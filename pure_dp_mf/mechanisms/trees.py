@@ -56,9 +56,9 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse
 
-from pure_dp_mf.costs import leading_constant
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import METRICS, Factorization
+from pure_dp_mf.factorizations.costs import leading_constant
+from pure_dp_mf.factorizations.factorization import METRICS, Factorization
 from pure_dp_mf.validation import check_epsilon, check_size
 
 MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
@@ -380,7 +380,7 @@ def _aligned_intervals(k: int, n: int):
 
 def _digit_tree(n: int, k: int, a: int, mechanism: str, arity: int | None) -> Factorization:
     levels, parts = _offset_entries(n, k, a)
-    metadata = {"mechanism": mechanism, "arity": arity, "levels": levels, "made_by": "pure_dp_mf.trees"}
+    metadata = {"mechanism": mechanism, "arity": arity, "levels": levels, "made_by": "pure_dp_mf.mechanisms.trees"}
     return _assemble(n, parts, _aligned_intervals(k, n), 1, metadata)
 
 
@@ -433,7 +433,12 @@ def averaged_kary_tree(*, n: int, arity: int) -> Factorization:
     arity = _required_arity("averaged-kary-subtraction", arity)
     n = _check_explicit_n(n, "averaged-kary-subtraction", arity)
     levels, parts = _averaged_entries(n, arity)
-    metadata = {"mechanism": "averaged-kary-subtraction", "arity": arity, "levels": levels, "made_by": "pure_dp_mf.trees"}
+    metadata = {
+        "mechanism": "averaged-kary-subtraction",
+        "arity": arity,
+        "levels": levels,
+        "made_by": "pure_dp_mf.mechanisms.trees",
+    }
     return _assemble(n, parts, _aligned_intervals(arity, n), 2, metadata)
 
 
@@ -453,7 +458,7 @@ def smooth_binary_tree(*, n: int) -> Factorization:
         start = indices << (levels + 1)
         return np.searchsorted(leaves, start), np.searchsorted(leaves, start + (np.int64(1) << levels))
 
-    metadata = {"mechanism": "smooth-binary", "arity": None, "levels": height, "made_by": "pure_dp_mf.trees"}
+    metadata = {"mechanism": "smooth-binary", "arity": None, "levels": height, "made_by": "pure_dp_mf.mechanisms.trees"}
     return _assemble(n, parts, intervals, 1, metadata)
 
 

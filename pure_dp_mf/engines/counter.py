@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pure_dp_mf.error_bars import ErrorBarModel
+from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.stream import ContinualCounter
+from pure_dp_mf.release.error_bars import ErrorBarModel
+from pure_dp_mf.release.generator import NoiseGenerator
 
 
 @dataclass(frozen=True)

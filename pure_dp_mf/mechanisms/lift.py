@@ -38,7 +38,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import scipy.sparse
 
-from pure_dp_mf.costs import (
+from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
+from pure_dp_mf.factorizations.costs import (
     FactorizationCosts,
     column_abs_sums_exact,
     costs_from_norms,
@@ -46,8 +47,7 @@ from pure_dp_mf.costs import (
     max_column_abs_sum_exact,
     row_norms_squared,
 )
-from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
-from pure_dp_mf.factorization import DEFAULT_TOLERANCE, METRICS, Factorization, file_sha256
+from pure_dp_mf.factorizations.factorization import DEFAULT_TOLERANCE, METRICS, Factorization, file_sha256
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 #: An exact factorization: (decoder, encoder) as numpy object arrays of ``int`` / ``Fraction``.

@@ -36,9 +36,9 @@ import scipy.sparse
 
 import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_bytes
-from pure_dp_mf.costs import FactorizationCosts, factorization_costs
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
-from pure_dp_mf.matrix_files import file_sha256, read_matrix
+from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
+from pure_dp_mf.factorizations.matrix_files import file_sha256, read_matrix
 
 __all__ = ["DEFAULT_TOLERANCE", "FORMAT", "METRICS", "Factorization", "array_sha256", "decoder_from_encoder", "file_sha256"]
 

@@ -48,13 +48,13 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_text
-from pure_dp_mf.certify import Certificate, certified_sensitivity
+from pure_dp_mf.certificates.certify import Certificate, certified_sensitivity
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.factorization import Factorization, array_sha256
-from pure_dp_mf.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource
-from pure_dp_mf.lift import lift_plan, lifted_size
-from pure_dp_mf.noise import NoiseGenerator, laplace_from_words
-from pure_dp_mf.postprocess import MonotoneFit
+from pure_dp_mf.factorizations.factorization import Factorization, array_sha256
+from pure_dp_mf.mechanisms.lift import lift_plan, lifted_size
+from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words
+from pure_dp_mf.release.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource
+from pure_dp_mf.release.postprocess import MonotoneFit
 from pure_dp_mf.validation import check_epsilon, check_size
 
 STATE_FORMAT = "pure_dp_mf.counter_state/2"  # /2: the exact lattice release
@@ -697,7 +697,9 @@ class ContinualCounter:
         anyway). The choice is kept in ``choice`` (the ``ComparisonRow``, errors at ε for one
         unit of sensitivity; the counter's variances are those times ``step_sensitivity``²).
         """
-        from pure_dp_mf import compare, resources, trees
+        from pure_dp_mf import resources
+        from pure_dp_mf.mechanisms import planner as compare
+        from pure_dp_mf.mechanisms import trees
 
         horizon = check_size(horizon, name="horizon")
         if mechanism not in ("auto", "lifted", *trees.MECHANISMS):
@@ -844,7 +846,7 @@ class ContinualCounter:
             raise StateFileError(f"{path}: the state was made with another generator (seed)")
         tree = record["base"].get("tree")
         if base is None and tree:
-            from pure_dp_mf import trees
+            from pure_dp_mf.mechanisms import trees
 
             base = trees.tree_factorization(mechanism=str(tree[0]), n=record["horizon"], arity=tree[1])
         if base is None:

@@ -57,10 +57,10 @@ import flint
 import gmpy2
 import numpy as np
 
-from pure_dp_mf import exact
-from pure_dp_mf.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
+from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import decoder_from_encoder
+from pure_dp_mf.factorizations.factorization import decoder_from_encoder
+from pure_dp_mf.release.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks
 
 UNIT_ROUNDOFF = 2.0**-53
 EXACT_INTEGER = 2.0**53  # |Y| below this is exact in float64

@@ -42,13 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from pure_dp_mf.atomic import atomic_write_text
-from pure_dp_mf.error_bars import ErrorBarModel, ErrorBars
-from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorization import Factorization
-from pure_dp_mf.lattice import decide_roundings, fill_pages
-from pure_dp_mf.lift import LiftedFamily, lift_plan
-from pure_dp_mf.noise import NoiseGenerator
-from pure_dp_mf.stream import (
+from pure_dp_mf.engines.continual import (
     LEDGER_SUFFIX,
     StateFileError,
     _claim_generator,
@@ -57,6 +51,12 @@ from pure_dp_mf.stream import (
     exact_decoder,
     lattice_release,
 )
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms.lift import LiftedFamily, lift_plan
+from pure_dp_mf.release.error_bars import ErrorBarModel, ErrorBars
+from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.release.lattice import decide_roundings, fill_pages
 from pure_dp_mf.validation import check_epsilon, check_size
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
@@ -456,7 +456,7 @@ def _column_norms(base_file: str, horizon: int, metric: str) -> tuple[Fraction, 
 
 
 def _best_lifted_base(*, horizon: int, epsilon: float, metric: str) -> Path:
-    from pure_dp_mf import compare
+    from pure_dp_mf.mechanisms import planner as compare
 
     rows = [row for row in compare.comparison_rows(n=horizon, epsilon=epsilon, sort_by=metric) if row.mechanism == "lifted"]
     if not rows:
@@ -551,7 +551,7 @@ class _BatchRelease:
     so it holds for every key); undecided entries are computed exactly by that key's release."""
 
     def __init__(self, releases: Sequence) -> None:
-        from pure_dp_mf.stream import LiftedNoise
+        from pure_dp_mf.engines.continual import LiftedNoise
 
         self.releases = list(releases)
         first = self.releases[0]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.workloads import prefix_sum
 from pure_dp_mf.gaussian import toeplitz
 from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import HonakerMechanism
@@ -43,7 +44,6 @@ from pure_dp_mf.gaussian.optimize import optimize
 from pure_dp_mf.gaussian.participation import Participation, participation_schema
 from pure_dp_mf.gaussian.stamping import DenseMechanism, Loss, Mechanism, best_stamps, evaluate
 from pure_dp_mf.validation import check_size
-from pure_dp_mf.workloads import prefix_sum
 
 
 @dataclass

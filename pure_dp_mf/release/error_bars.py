@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.lattice import gamma
+from pure_dp_mf.release.lattice import gamma
 
 
 @dataclass(frozen=True)

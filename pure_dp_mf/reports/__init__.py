@@ -1,0 +1,2 @@
+"""Tables and figures (``figures``), the papers' printed numbers (``published``) and the
+``reproduce`` report."""
