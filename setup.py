@@ -8,18 +8,19 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = {"base_factorizations": "*.npz", "certificates": "*.json"}
+SHIPPED = {"base_factorizations": ("*.npz", "profiles.json"), "certificates": ("*.json",)}
 
 
 class BuildWithData(build_py):
     def run(self) -> None:
         super().run()
         root = Path(__file__).resolve().parent
-        for folder, pattern in SHIPPED.items():
+        for folder, patterns in SHIPPED.items():
             target = Path(self.build_lib) / "pure_dp_mf" / "data" / folder
             target.mkdir(parents=True, exist_ok=True)
-            for path in sorted((root / folder).glob(pattern)):
-                shutil.copy2(path, target / path.name)
+            for pattern in patterns:
+                for path in sorted((root / folder).glob(pattern)):
+                    shutil.copy2(path, target / path.name)
 
 
 setup(cmdclass={"build_py": BuildWithData})

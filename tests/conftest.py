@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Every test (and every command it runs) keeps its noise lineages in a registry of its own
+# session, never in the user's ~/.local/state/pure_dp_mf/registry.sqlite3.
+if "PURE_DP_MF_TEST_REGISTRY" not in os.environ:
+    os.environ["PURE_DP_MF_TEST_REGISTRY"] = tempfile.mkdtemp(prefix="pure_dp_mf_registry_")
+os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(os.environ["PURE_DP_MF_TEST_REGISTRY"], f"registry-{os.getpid()}.sqlite3")
 
 
 def run_cli(*arguments: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

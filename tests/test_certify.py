@@ -25,12 +25,14 @@ from pure_dp_mf.certificates.certify import (
     certify_factorization,
     verify_certificate,
 )
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization, decoder_from_encoder, file_sha256
 from pure_dp_mf.factorizations.workloads import toeplitz_square_root
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
+
+app = all_commands()
 
 CLAIMS = {
     "maxse": ["encoder_max_column_sum", "decoder_max_row_norm", "c2", "leading_constant", "lifted_constant"],

@@ -10,11 +10,13 @@ import pytest
 from conftest import run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import planner as compare
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.reports import figures as reports
+
+app = all_commands()
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -6,9 +6,11 @@ import scipy.optimize
 from scipy.stats import norm
 from typer.testing import CliRunner
 
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.accounting import epsilon_for, noise_multiplier_for
+
+app = all_commands()
 
 
 def exact_gaussian_epsilon(z, delta):

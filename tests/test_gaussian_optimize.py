@@ -9,13 +9,15 @@ import pytest
 import scipy.optimize
 from typer.testing import CliRunner
 
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.factorizations.workloads import momentum, momentum_cooldown, prefix_sum
 from pure_dp_mf.gaussian.optimize import _Dual, _masked_certificate, _MaskedObjective, optimize
 from pure_dp_mf.gaussian.participation import Participation
 from pure_dp_mf.gaussian.sensitivity import sensitivity_squared, sign_vectors
+
+app = all_commands()
 
 GOLDEN = (1 + 5**0.5) / 2
 

@@ -21,7 +21,7 @@ from pure_dp_mf.gaussian.sensitivity import (
     schema_sensitivity_squared,
     sign_vectors,
 )
-from pure_dp_mf.gaussian.torch_noise import NoiseGenerator
+from pure_dp_mf.gaussian.torch_noise import CorrelatedNoise
 
 
 def brute_force(X: np.ndarray, schema) -> float:
@@ -212,7 +212,7 @@ def test_optimizers_improve_on_their_starting_points(schema):
 def test_torch_generator_streams_the_strategy(make):
     n, d = 24, 20_000
     strategy = make(n)
-    generator = NoiseGenerator(strategy, [(d,)], seed=2)
+    generator = CorrelatedNoise(strategy, [(d,)], seed=2)
     assert generator.buffered_steps == 0
     Y = torch.stack([generator.next()[0].double() for _ in range(n)]).numpy()
     reference = strategy.dense_decoder() @ strategy.dense_decoder().T

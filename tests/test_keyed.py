@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from pure_dp_mf.engines.continual import StateFileError
+from pure_dp_mf.engines.journal import StateFileError
 from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
+from pure_dp_mf.engines.registry import RegistryError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import LiftedFamily, explicit_lift, lift_plan
@@ -111,12 +112,11 @@ def test_vectorised_noise_is_each_keys_own_release(monkeypatch):
     groups = []
     lockstep = discrete_laplace._lockstep_blocks
     monkeypatch.setattr(discrete_laplace, "_lockstep_blocks", lambda **draw: groups.append(draw) or lockstep(**draw))
-    counters = _counters([f"key {i}" for i in range(9)])
-    batch = counters._batch.noise(0, 60)  # every key's pages drawn together, in lockstep (≥ 8 keys)
+    keys = [f"key {i}" for i in range(9)]
+    batch = _counters(keys)._noise_of(0, 60)  # every key's pages drawn together, in lockstep (≥ 8 keys)
     assert groups and all(len(group["keys"]) == 9 for group in groups)
-    for j, release in enumerate(counters._releases):
-        release.source._pages.clear()  # then each key's pages drawn again, by its own sampler
-        assert batch[j].tolist() == release.noise(0, 60).tolist()
+    for j, key in enumerate(keys):  # each key alone: its pages drawn by its own sampler
+        assert batch[j].tolist() == _counters([key])._noise_of(0, 60)[0].tolist()
 
 
 def test_unknown_keys_are_never_released_and_change_nothing():
@@ -130,8 +130,8 @@ def test_unknown_keys_are_never_released_and_change_nothing():
 
 
 def test_keys_without_events_release_every_step():
-    released = list(run_keyed(_counters(["a", "b", "c"]), [KeyedEvent("a", 2), KeyedEvent("a", 5)]))
-    assert [step for step, *_ in released] == [1, 2, 3, 4, 5]
+    released = list(run_keyed(_counters(["a", "b", "c"]), [KeyedEvent("a", 2), KeyedEvent("a", 5)], through=7))
+    assert [step for step, *_ in released] == [1, 2, 3, 4, 5, 6, 7]
     assert all(len(counts) == 3 for _, counts, *_ in released)
 
 
@@ -140,8 +140,8 @@ def test_bad_events_and_keys_are_refused():
         check_keys(["a", "a"])
     with pytest.raises(InvalidInputError, match="empty"):
         check_keys([])
-    with pytest.raises(InvalidInputError, match="outside"):
-        list(run_keyed(_counters(["a"]), [KeyedEvent("a", 61)]))
+    beyond = _counters(["a"])
+    assert len(list(run_keyed(beyond, [KeyedEvent("a", 61)]))) == 60 and beyond.dropped["unknown_key"] == 1  # unseen
     with pytest.raises(InvalidInputError, match="backwards"):
         list(run_keyed(_counters(["a"]), [KeyedEvent("a", 3), KeyedEvent("a", 2)]))
     with pytest.raises(InvalidInputError, match="outside"):
@@ -172,17 +172,18 @@ def test_count_keyed_csv_and_jsonl(tmp_path):
     _write(tmp_path, [("u1", "de", 1, 2), ("u2", "xx", 1, 1), ("u1", "fr", 3, 1), ("u3", "de", 3, 3)])
     table = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--format", "csv")
     assert table.returncode == 0, table.stderr
-    comment, *lines = table.stdout.splitlines()
-    assert json.loads(comment[2:])["privacy_unit"] == "event" and json.loads(comment[2:])["keys"] == 3
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    assert [(r["key"], int(r["step"])) for r in rows] == [(k, s) for s in (1, 2, 3) for k in ("de", "fr", "it")]
-    assert "xx" not in table.stdout and "1 events with unknown keys" in table.stderr
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert [(r["key"], int(r["step"])) for r in rows] == [(k, s) for s in range(1, 31) for k in ("de", "fr", "it")]
+    assert "xx" not in table.stdout and "dropped" not in table.stderr  # nothing about the data, unless asked
+    logged = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--operator-log", str(tmp_path / "ops.jsonl"))
+    assert json.loads((tmp_path / "ops.jsonl").read_text())["dropped_unlisted_or_outside_schedule"] == 1
+    assert logged.stdout == table.stdout
     lines_out = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--format", "jsonl")
     records = [json.loads(line) for line in lines_out.stdout.splitlines()]
     assert records[0]["header"]["max_value"] == 3
     assert [(r["key"], r["step"], r["count"]) for r in records[1:]] == [(r["key"], int(r["step"]), int(r["count"])) for r in rows]
     user = _keyed(tmp_path, "--privacy-unit", "user", "--user-column", "uid", "--max-keys", "1", "--max-per-key", "2")
-    assert user.returncode == 0 and '"privacy_unit": "user"' in user.stdout.splitlines()[0]
+    assert user.returncode == 0 and '"privacy_unit": "user"' in user.stderr  # what runs is said on stderr
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,8 @@ def test_count_keyed_csv_and_jsonl(tmp_path):
     [
         ([("u1", "de", 1, 1)], ("de",), ["--column", "amount"], "--column 'amount': no such column"),
         ([("u1", "de", 1, 1)], ("de", "de"), [], "twice"),
-        ([("u1", "de", 31, 1)], ("de",), [], "outside [1, 30]"),
+        ([("u1", "de", "x", 1)], ("de",), [], "--step-column: 'x' is not an integer"),
+        ([("u1", "de", "1_0", 1)], ("de",), [], "--step-column: '1_0' is not an integer"),
         ([("u1", "de", 3, 1), ("u1", "de", 2, 1)], ("de",), [], "goes backwards"),
         ([("u1", "de", 1, 5)], ("de",), ["--column", "value", "--max-value", "3"], "outside [0, 3]"),
         ([("u1", "de", 1, 1)], ("de",), ["--user-column", "uid"], "--user-column is for --privacy-unit user"),
@@ -215,9 +217,9 @@ def test_releases_are_the_true_running_counts_plus_each_keys_noise():
     truth = np.zeros((len(keys), last), dtype=np.int64)
     for event in events:
         truth[keys.index(event.key), event.step - 1 :] += event.value
-    noise = np.array([release.noise(0, last) for release in counters._releases])
-    assert [step for step, *_ in released] == list(range(1, last + 1))
-    assert np.array([counts for _, counts, *_ in released]).T.tolist() == (truth + noise).tolist()
+    noise = counters._noise_of(0, last)
+    assert [step for step, *_ in released] == list(range(1, 61))  # the schedule: every step of the horizon
+    assert np.array([counts for _, counts, *_ in released[:last]]).T.tolist() == (truth + noise).tolist()
 
 
 def test_release_steps_from_given_totals_are_the_step_by_step_releases():
@@ -251,15 +253,15 @@ def test_count_keyed_state_resumes_and_completes_the_output(tmp_path):
     whole = _keyed(tmp_path, "--column", "value", "--max-value", "3", "--output", str(tmp_path / "whole.csv"))
     assert whole.returncode == 0, whole.stderr
     expected = (tmp_path / "whole.csv").read_text()
-    state = ["--column", "value", "--max-value", "3", "--state", str(tmp_path / "s.json"), "--output", str(tmp_path / "out.csv")]
-    _write(tmp_path, rows[:3])  # the first run sees steps 1 … 3 only
-    assert _keyed(tmp_path, *state).returncode == 0
+    state = ["--column", "value", "--max-value", "3", "--state", str(tmp_path / "s.db"), "--output", str(tmp_path / "out.csv")]
+    _write(tmp_path, rows[:3])  # the first day's run releases steps 1 … 3 (its public schedule)
+    assert _keyed(tmp_path, *state, "--through", "3").returncode == 0
     lines = (tmp_path / "out.csv").read_text().splitlines(keepends=True)
     (tmp_path / "out.csv").write_text("".join(lines[:-3]) + "de,3,")  # the rows of step 3 lost, a partial line
     _write(tmp_path, rows)
     resumed = _keyed(tmp_path, *state)
     assert resumed.returncode == 0 and "resuming after step 3" in resumed.stderr, resumed.stderr
-    assert (tmp_path / "out.csv").read_text().splitlines()[1:] == expected.splitlines()[1:]
+    assert (tmp_path / "out.csv").read_text() == expected
     other_keys = _keyed(tmp_path, *state[:-2])  # stdout; same state
     (tmp_path / "keys.txt").write_text("de\nfr\n")
     refused = _keyed(tmp_path, *state)
@@ -269,15 +271,15 @@ def test_count_keyed_state_resumes_and_completes_the_output(tmp_path):
 
 def test_keyed_state_refuses_stale_copies_and_second_runs(tmp_path):
     counters = _counters(["a", "b"])
-    counters.save_state(tmp_path / "s.json")
+    counters.save_state(tmp_path / "s.db")
     with pytest.raises(StateFileError, match="in use"):
-        KeyedCounters.resume(tmp_path / "s.json", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
-    old = (tmp_path / "s.json").read_text()
+        KeyedCounters.resume(tmp_path / "s.db", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
+    old = (tmp_path / "s.db").read_bytes()
     counters.release(np.zeros(2, dtype=np.int64))
     counters.close()
-    (tmp_path / "s.json").write_text(old)  # a backup restored: its steps were released since
-    with pytest.raises(StateFileError, match="stale"):
-        KeyedCounters.resume(tmp_path / "s.json", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
+    (tmp_path / "s.db").write_bytes(old)  # a backup restored: its steps were released since
+    with pytest.raises(RegistryError, match="lineage has released 1"):
+        KeyedCounters.resume(tmp_path / "s.db", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
     generator = NoiseGenerator.secure()
     KeyedCounters(keys=["a"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
     with pytest.raises(InvalidInputError, match="already feeds another counter"):
@@ -301,7 +303,7 @@ def test_count_keyed_parquet_in_and_out_match_csv(tmp_path):
     assert as_csv.returncode == 0 and as_parquet.returncode == 0, as_parquet.stderr
     written = pyarrow.parquet.read_table(tmp_path / "out.parquet")
     assert json.loads(written.schema.metadata[b"pure_dp_mf"])["privacy_unit"] == "event"
-    expected = list(csv.DictReader(io.StringIO("\n".join(as_csv.stdout.splitlines()[1:]))))
+    expected = list(csv.DictReader(io.StringIO(as_csv.stdout)))
     got = written.to_pylist()
     assert [(r["key"], r["step"], r["count"], r["lower"], r["upper"]) for r in got] == [
         (r["key"], int(r["step"]), int(r["count"]), int(r["lower"]), int(r["upper"])) for r in expected
@@ -321,12 +323,12 @@ def test_count_keyed_parquet_with_state_writes_each_step_once_across_crashes(tmp
     assert whole.returncode == 0, whole.stderr
     expected = [
         (r["key"], int(r["step"]), int(r["count"]), int(r["lower"]), int(r["upper"]))
-        for r in csv.DictReader(io.StringIO("\n".join(whole.stdout.splitlines()[1:])))
+        for r in csv.DictReader(io.StringIO(whole.stdout))
     ]
     folder = tmp_path / "releases"
-    state = [*options, "--format", "parquet", "--state", str(tmp_path / "s.json"), "--output", str(folder)]
-    _write(tmp_path, rows[:3])  # the first run sees steps 1 … 3 only
-    first = _keyed(tmp_path, *state)
+    state = [*options, "--format", "parquet", "--state", str(tmp_path / "s.db"), "--output", str(folder)]
+    _write(tmp_path, rows[:3])  # the first run releases steps 1 … 3 only
+    first = _keyed(tmp_path, *state, "--through", "3")
     assert first.returncode == 0, first.stderr
     assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}.parquet" for s in (1, 2, 3)]
     (folder / "step-00000003.parquet").unlink()  # killed after the state recorded step 3, before its file
@@ -334,16 +336,88 @@ def test_count_keyed_parquet_with_state_writes_each_step_once_across_crashes(tmp
     _write(tmp_path, rows)
     resumed = _keyed(tmp_path, *state)
     assert resumed.returncode == 0 and "resuming after step 3" in resumed.stderr, resumed.stderr
-    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}.parquet" for s in range(1, 7)]
+    assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:08d}.parquet" for s in range(1, 31)]
     table = pyarrow.parquet.read_table(folder)
     got = [(r["key"], r["step"], r["count"], r["lower"], r["upper"]) for r in table.to_pylist()]
     assert sorted(got, key=lambda r: r[1]) == expected
     assert json.loads(table.schema.metadata[b"pure_dp_mf"])["max_value"] == 3
     (folder / "step-00000002.parquet").unlink()  # a file lost that the state says was written
     broken = _keyed(tmp_path, *state)
-    assert broken.returncode == 2 and "holds 5 file(s) but the state has released 6" in broken.stderr, broken.stderr
+    assert broken.returncode == 2 and "holds 29 file(s) but the state has released 30" in broken.stderr, broken.stderr
     (tmp_path / "file").write_text("x")
     not_a_folder = _keyed(tmp_path, *state[:-1], str(tmp_path / "file"))
     assert not_a_folder.returncode == 2 and "a folder of one file per step" in not_a_folder.stderr
     plain = _keyed(tmp_path, *options, "--output", str(folder))
     assert plain.returncode == 2 and "is a folder, not a file" in plain.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The public schedule: which (key, step) rows are released never depends on the data.
+
+
+def _rows_released(events, *, keys=("FR", "DE"), **options) -> list[tuple[str, int]]:
+    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=12, base=BASE, rng=NoiseGenerator.from_seed(2), **options)
+    return [(key, step) for step, counts, *_ in run_keyed(counters, events) for key in counters.keys]
+
+
+@pytest.mark.parametrize("unit", ["event", "user"])
+def test_one_more_event_of_any_key_at_any_step_never_changes_the_rows_released(unit):
+    """FR and DE with events on days 1–3: v0.1 released through the last event's day, so one
+    event of the unlisted key ZZ on day 9 turned 6 rows into 18. Now every (key, step) of the
+    schedule is released, whatever is added: any key (listed or not), any step (inside the
+    schedule, beyond it, out of range)."""
+    options = {"privacy_unit": "user", "max_keys": 1, "max_per_key": 2} if unit == "user" else {}
+    base = [KeyedEvent("FR", 1, 1, "u1"), KeyedEvent("DE", 2, 1, "u2"), KeyedEvent("FR", 3, 1, "u1")]
+    expected = _rows_released(base, **options)
+    assert len(expected) == 2 * 12
+    for key in ("FR", "DE", "ZZ"):
+        for step in (1, 3, 9, 12, 13, 10**6):
+            extra = sorted([*base, KeyedEvent(key, step, 1, "u9")], key=lambda e: e.step)
+            assert _rows_released(extra, **options) == expected, (key, step)
+
+
+def test_unsorted_or_invalid_keyed_files_are_refused_before_the_first_release(tmp_path):
+    rows = [("u1", "de", 1, 1), ("u2", "fr", 2, 1), ("u1", "de", 5, 1), ("u3", "fr", 3, 1)]  # day 3 after day 5
+    _write(tmp_path, rows)
+    state = tmp_path / "s.db"
+    unsorted = _keyed(tmp_path, "--state", str(state), "--output", str(tmp_path / "out.csv"))
+    assert unsorted.returncode == 2 and "goes backwards" in unsorted.stderr and unsorted.stdout == ""
+    assert not (tmp_path / "out.csv").exists() or (tmp_path / "out.csv").read_text().count("\n") <= 1
+    assert not state.exists()  # refused before anything was created
+    _write(tmp_path, [("u1", "de", 1, 1), ("u2", "fr", 2, 7)])
+    invalid = _keyed(tmp_path, "--column", "value", "--max-value", "3")
+    assert invalid.returncode == 2 and "value 7 is outside [0, 3]" in invalid.stderr and invalid.stdout == ""
+    # the same invalid events of an unlisted key, or beyond the schedule, are never looked at
+    _write(tmp_path, [("u1", "de", 1, 1), ("u2", "zz", 2, 7), ("u3", "zz", 1, 1), ("u4", "de", 40, 9)])
+    unseen = _keyed(tmp_path, "--column", "value", "--max-value", "3")
+    assert unseen.returncode == 0 and unseen.stdout.count("\n") == 1 + 3 * 30
+
+
+def test_a_keyed_stream_follows_its_invalid_policy(tmp_path):
+    _write(tmp_path, [("u1", "de", 1, 1), ("u2", "fr", 2, 7), ("u3", "de", 3, 1)])
+    arguments = [
+        "count",
+        "--key-column",
+        "country",
+        "--keys",
+        str(tmp_path / "keys.txt"),
+        "--step-column",
+        "day",
+        "--column",
+        "value",
+        "--max-value",
+        "3",
+        "--epsilon",
+        "1",
+        "--horizon",
+        "5",
+        "--seed",
+        "4",
+    ]
+    text = (tmp_path / "events.csv").read_text()
+    dropped = run_cli(*arguments, input_text=text)  # standard input: an invalid event is dropped, the run goes on
+    assert dropped.returncode == 0 and dropped.stdout.count("\n") == 1 + 3 * 5
+    clamped = run_cli(*arguments, "--invalid", "clamp", input_text=text)
+    assert clamped.returncode == 0 and clamped.stdout != dropped.stdout
+    stopped = run_cli(*arguments, "--invalid", "stop", input_text=text)
+    assert stopped.returncode == 2 and "value 7" in stopped.stderr

@@ -11,13 +11,37 @@ import flint
 import numpy as np
 import pytest
 
-from pure_dp_mf.engines.continual import ContinualCounter, LiftedNoise
+from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import explicit_lift
+from pure_dp_mf.mechanisms.lifted import LiftedDecoder
+from pure_dp_mf.mechanisms.streaming import ArraySource
 from pure_dp_mf.release import discrete_laplace as dl
 from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words
-from pure_dp_mf.release.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, fill_pages, round_half_up
+from pure_dp_mf.release.lattice import (
+    PAGE,
+    ExactDecoder,
+    ExactRelease,
+    LatticeSource,
+    Rates,
+    fill_pages,
+    noise_rate,
+    round_half_up,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
+
+
+def _source(*, key: bytes, sensitivity: int, alphas=(), page_size: int = PAGE) -> LatticeSource:
+    rate = noise_rate(epsilon=Fraction(1), sensitivity=Fraction(sensitivity), grid_bits=G)
+    return LatticeSource(key=key, rates=Rates(base=rate, alphas=tuple(alphas)), page_size=page_size)
+
+
+def _fraction_rows(rows: tuple[list[int], int]) -> list[Fraction]:
+    numerators, denominator = rows
+    return [Fraction(value, denominator) for value in numerators]
+
 
 G = 32
 
@@ -68,8 +92,8 @@ def test_release_is_the_exact_rounding_of_the_dense_lift():
     counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, rng=NoiseGenerator.from_seed(9))
     x = (np.random.default_rng(1).random(n) < 0.4).astype(int)
     released = counter.counts(x)
-    levels = len(counter.alphas) + 1
-    alphas = [Fraction(a) for a in counter.plan.alphas]
+    alphas = list(counter.mechanism.alphas)
+    levels = len(alphas) + 1
     L, R = explicit_lift(base=_exact_pair(base), levels=levels, alphas=alphas, n=n)
     k = base.n
     source = counter.lattice_sources[0]
@@ -90,15 +114,10 @@ def test_terms_walk_equals_the_vectorised_engine():
     rng = np.random.default_rng(0)
     A = rng.standard_normal((3, 3))
     z = rng.standard_normal(2000)
-    from pure_dp_mf.engines.continual import ArraySource
-
-    engine = LiftedNoise(decoder=A, alphas=[0.7, 1.3], source=ArraySource(z))
-    values = engine.values(0, engine.n)
+    engine = LiftedDecoder(decoder=A, alphas=[0.7, 1.3])
+    values = engine.values(ArraySource({1: z, 2: z, 3: z}), 0, engine.n)
     walked = [
-        sum(
-            sign * (1 if level == 1 else engine.alphas[level - 2]) * (A @ z[o : o + 3])[row]
-            for level, o, row, sign in engine.terms(t)
-        )
+        sum(float(term.weight) * (A @ z[term.offset : term.offset + 3])[term.row] for term in engine.terms(t))
         for t in range(engine.n)
     ]
     np.testing.assert_allclose(values, walked, rtol=0, atol=1e-12)
@@ -114,7 +133,7 @@ def test_decoder_bound_is_a_bound():
     assert Fraction(decoder.tau) ** 2 >= worst and decoder.rho < 1
     Y = [12345678901, -3, 0, 7, -99999, 2**40]
     expected = [sum(A[i, j] * Y[j] for j in range(6)) / 2**G for i in range(6)]
-    assert decoder.exact_rows(Y) == expected
+    assert _fraction_rows(decoder.exact_rows(Y)) == expected
 
 
 def test_off_lattice_singular_and_inexact_bases_are_refused():
@@ -148,9 +167,8 @@ class _FixedIntegers:
 
 
 def _release(decoder: ExactDecoder, blocks: dict[int, list[int]], alphas=()) -> ExactRelease:
-    source = _FixedIntegers(blocks)
     return ExactRelease(
-        engine=LiftedNoise(decoder=decoder.decoder, alphas=list(alphas), source=source), decoder=decoder, source=source
+        decoder=LiftedDecoder(decoder=decoder.decoder, alphas=list(alphas)), atoms=decoder, sources=[_FixedIntegers(blocks)]
     )
 
 
@@ -164,7 +182,7 @@ def test_fallback_decides_near_ties_exactly():
     for Y1, expected_row0 in ((2, m + 1), (3, m)):  # 5·Y₀ − Y₁ = 15m + 8 (above the tie) or 15m + 7 (below)
         Y = [3 * m + 2, Y1]
         u0 = Fraction(5 * Y[0] - Y[1], 15)
-        assert decoder.exact_rows(Y) == [u0, u0 + Fraction(Y[1], 5)]
+        assert _fraction_rows(decoder.exact_rows(Y)) == [u0, u0 + Fraction(Y[1], 5)]
         release = _release(decoder, {0: Y})
         assert release.noise(0, 2).tolist() == [expected_row0, round_half_up(u0 + Fraction(Y[1], 5))]
         assert release.fallbacks >= 1
@@ -182,9 +200,9 @@ def test_ties_round_half_up_and_far_values_need_no_fallback():
 
 
 def test_lattice_source_rates_and_regeneration():
-    source = LatticeSource(key=b"k" * 32, epsilon=Fraction(1), sensitivity=Fraction(3), alphas=[Fraction(1, 2)], grid_bits=G)
-    assert source.rates == [Fraction(1, 3 * 2**G), Fraction(2, 3 * 2**G)]
-    again = LatticeSource(key=b"k" * 32, epsilon=Fraction(1), sensitivity=Fraction(3), alphas=[Fraction(1, 2)], grid_bits=G)
+    source = _source(key=b"k" * 32, sensitivity=3, alphas=[Fraction(1, 2)])
+    assert source.rates.levels(2) == [Fraction(1, 3 * 2**G), Fraction(2, 3 * 2**G)]
+    again = _source(key=b"k" * 32, sensitivity=3, alphas=[Fraction(1, 2)])
     assert source.integers(0, 50) == again.integers(0, 50)
     assert source.integers(0, 50) != source.integers(50, 50)
     page = dl.discrete_laplace_block(s=1, t=3 * 2**G, count=PAGE, key=source.key, index=(1 << 64) + 0)
@@ -198,10 +216,7 @@ def test_lattice_source_rates_and_regeneration():
 
 def test_pages_filled_for_many_sources_are_each_sources_own():
     def make(key: bytes, sensitivity: int = 3) -> LatticeSource:
-        alphas = [Fraction(1, 2)]
-        return LatticeSource(
-            key=key, epsilon=Fraction(1), sensitivity=Fraction(sensitivity), alphas=alphas, grid_bits=G, page_size=64
-        )
+        return _source(key=key, sensitivity=sensitivity, alphas=[Fraction(1, 2)], page_size=64)
 
     together = [make(bytes([i]) * 32) for i in range(4)]
     together[2].integers(70, 5, 2)  # one source already holds a page: it is kept, not redrawn

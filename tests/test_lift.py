@@ -13,12 +13,14 @@ from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
 from pure_dp_mf import resources
-from pure_dp_mf.cli.app import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorizations.costs import factorization_costs
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import lift
 from pure_dp_mf.mechanisms import planner as compare
+
+app = all_commands()
 
 
 def exact_random_base(k: int, seed: int) -> lift.ExactPair:

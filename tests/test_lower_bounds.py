@@ -16,13 +16,15 @@ import scipy.sparse
 from conftest import dyadic_binary_tree, run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import factorization_costs
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import lower_bounds as lb
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.resources import BASE_FOLDER as BASES
+
+app = all_commands()
 
 
 def kary_tree(n: int, arity: int) -> tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix]:

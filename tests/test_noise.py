@@ -51,19 +51,19 @@ def test_record_round_trip_and_bad_records():
 
 def test_key_file_is_created_once_and_read_at_every_restart(tmp_path):
     path = tmp_path / "query.key"
-    first = NoiseGenerator.from_key_file(path)
+    first = NoiseGenerator.from_key_file(path, query="q")
     assert not first.seeded and path.stat().st_mode & 0o777 == 0o600
-    assert NoiseGenerator.from_key_file(path) == first  # a restart: the same key
-    assert NoiseGenerator.from_key_file(tmp_path / "other.key") != first  # another query: another key
+    assert NoiseGenerator.from_key_file(path, query="q") == first  # a restart: the same key
+    assert NoiseGenerator.from_key_file(tmp_path / "other.key", query="other") != first  # another query: another key
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.key", "query.key"]  # no temporary left
     path.write_text("{not json")
     with pytest.raises(InvalidInputError, match="cannot read"):
-        NoiseGenerator.from_key_file(path)
+        NoiseGenerator.from_key_file(path, query="q")
     path.write_text(json.dumps(NoiseGenerator.from_seed(3).to_record()))
     with pytest.raises(InvalidInputError, match="seeded"):
-        NoiseGenerator.from_key_file(path)
+        NoiseGenerator.from_key_file(path, query="q")
     with pytest.raises(InvalidInputError, match="does not exist"):
-        NoiseGenerator.from_key_file(tmp_path / "missing" / "query.key")
+        NoiseGenerator.from_key_file(tmp_path / "missing" / "query.key", query="q")
 
 
 def test_laplace_from_words_extremes():

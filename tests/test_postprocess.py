@@ -111,8 +111,9 @@ def test_count_monotone_across_a_restart_and_in_csv(tmp_path):
     assert refused.returncode == 2 and "with monotone" in refused.stderr
     table = _count(tmp_path, values, "--monotone", "--format", "csv")
     unprocessed = _count(tmp_path, values, "--format", "csv")
-    shown = list(csv.DictReader(io.StringIO(table.stdout.split("\n", 1)[1])))
-    bars = list(csv.DictReader(io.StringIO(unprocessed.stdout.split("\n", 1)[1])))
+    shown = list(csv.DictReader(io.StringIO(table.stdout)))
+    bars = list(csv.DictReader(io.StringIO(unprocessed.stdout)))
     assert [int(row["count"]) for row in shown] == expected
     assert [(row["std"], row["lower"], row["upper"]) for row in shown] == [(r["std"], r["lower"], r["upper"]) for r in bars]
-    assert '"monotone": true' in table.stdout.splitlines()[0]
+    sidecar = _count(tmp_path, values, "--monotone", "--format", "csv", "--output", str(tmp_path / "m.csv"))
+    assert sidecar.returncode == 0 and '"monotone": true' in (tmp_path / "m.csv.meta.json").read_text()

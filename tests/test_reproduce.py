@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, run_cli
 from typer.testing import CliRunner
 
-from pure_dp_mf.cli import app
+from pure_dp_mf.cli import all_commands
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import lift, trees
 from pure_dp_mf.reports import figures as reports
@@ -22,6 +22,8 @@ from pure_dp_mf.reports import published
 from pure_dp_mf.reports import reproduce as reproduce_module
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
+
+app = all_commands()
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXTRA_N = 5000
@@ -124,7 +126,7 @@ def tampered(tmp_path):
     for folder, suffix in (("certificates", "json"), ("base_factorizations", "npz")):
         (tmp_path / folder).mkdir()
         for metric in ("maxse", "meanse"):
-            shutil.copy(ROOT / "pure_dp_mf" / "data" / folder / f"k004_{metric}.{suffix}", tmp_path / folder)
+            shutil.copy(ROOT / folder / f"k004_{metric}.{suffix}", tmp_path / folder)
     path = tmp_path / "certificates" / "k004_maxse.json"
     document = json.loads(path.read_text())
     document["claims"]["leading_constant"] = {"numerator": "1", "denominator": "10", "decimal": "0.1"}

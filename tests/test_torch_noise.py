@@ -8,7 +8,7 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import HonakerMechanism, HonakerNoiseStream
 from pure_dp_mf.gaussian.stamping import DenseMechanism, StampedMechanism
-from pure_dp_mf.gaussian.torch_noise import NoiseGenerator, secure_standard_normal
+from pure_dp_mf.gaussian.torch_noise import CorrelatedNoise, secure_standard_normal
 
 SHAPES = [(50, 200), (100, 100), (10000,)]  # d = 30000 coordinates, each an independent sample of B·z
 D = 30_000
@@ -44,7 +44,7 @@ MECHANISMS = [
 def test_empirical_covariance_matches_decoder_gram(make):
     mechanism = make()
     B = mechanism.dense_decoder()
-    generator = NoiseGenerator(mechanism, SHAPES, noise_std=1.5, seed=11)
+    generator = CorrelatedNoise(mechanism, SHAPES, noise_std=1.5, seed=11)
     assert generator.mode == "seeded"
     assert_covariance(empirical(generator), 1.5**2 * B @ B.T)
 
@@ -52,7 +52,7 @@ def test_empirical_covariance_matches_decoder_gram(make):
 @pytest.mark.parametrize("make", [MECHANISMS[1], MECHANISMS[3]])
 def test_secure_mode_covariance(make):
     mechanism = make()
-    generator = NoiseGenerator(mechanism, SHAPES)
+    generator = CorrelatedNoise(mechanism, SHAPES)
     assert generator.mode == "secure"
     B = mechanism.dense_decoder()
     assert_covariance(empirical(generator), B @ B.T)
@@ -62,7 +62,7 @@ def test_seeded_is_reproducible_and_secure_is_not():
     mechanism = FFTOptimalDecoderMechanism(4)
 
     def first(seed):
-        return NoiseGenerator(mechanism, [(3, 2)], seed=seed).next()[0]
+        return CorrelatedNoise(mechanism, [(3, 2)], seed=seed).next()[0]
 
     assert torch.equal(first(5), first(5))
     assert not torch.equal(first(5), first(6))
@@ -70,7 +70,7 @@ def test_seeded_is_reproducible_and_secure_is_not():
 
 
 def test_outputs_have_parameter_shapes_and_run_out():
-    generator = NoiseGenerator(HonakerMechanism(3, "online"), [(2, 3), (4,)], dtype=torch.float64, seed=0)
+    generator = CorrelatedNoise(HonakerMechanism(3, "online"), [(2, 3), (4,)], dtype=torch.float64, seed=0)
     for _ in range(3):
         a, b = generator.next()
         assert a.shape == (2, 3) and b.shape == (4,) and a.dtype == torch.float64
@@ -85,8 +85,8 @@ def test_tree_stream_keeps_only_log_n_node_estimates():
     for _ in stream:
         largest = max(largest, len(stream._stack))
     assert largest <= stream.height + 1
-    assert NoiseGenerator(HonakerMechanism(n), [(4,)], seed=0).buffered_steps == 0
-    assert NoiseGenerator(StampedMechanism(FFTMechanism(250), 4), [(4,)], seed=0).buffered_steps == 250
+    assert CorrelatedNoise(HonakerMechanism(n), [(4,)], seed=0).buffered_steps == 0
+    assert CorrelatedNoise(StampedMechanism(FFTMechanism(250), 4), [(4,)], seed=0).buffered_steps == 250
 
 
 def test_secure_standard_normal_moments():
@@ -98,17 +98,17 @@ def test_secure_standard_normal_moments():
 
 @pytest.mark.parametrize(
     "kwargs,message",
-    [({"noise_std": 0.0}, "noise_std"), ({"noise_std": float("nan")}, "noise_std"), ({"chunk": 0}, "chunk")],
+    [({"noise_std": 0.0}, "noise_std"), ({"noise_std": float("nan")}, "noise_std"), ({"seed": -1}, "seed")],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(InvalidInputError, match=message):
-        NoiseGenerator(FFTMechanism(4), [(2,)], **kwargs)
+        CorrelatedNoise(FFTMechanism(4), [(2,)], **kwargs)
     with pytest.raises(InvalidInputError, match="parameter shape"):
-        NoiseGenerator(FFTMechanism(4), [])
+        CorrelatedNoise(FFTMechanism(4), [])
 
 
 def test_tree_streams_beyond_the_dense_limit():
-    generator = NoiseGenerator(HonakerMechanism(100_000, "completion-virtual-removed"), [(3,)], seed=1)
+    generator = CorrelatedNoise(HonakerMechanism(100_000, "completion-virtual-removed"), [(3,)], seed=1)
     assert generator.buffered_steps == 0
     assert generator.next()[0].shape == (3,)
     with pytest.raises(InvalidInputError, match="dense tree matrices"):
@@ -117,8 +117,8 @@ def test_tree_streams_beyond_the_dense_limit():
 
 def test_scratch_file_holds_the_buffer_and_is_removed(tmp_path):
     mechanism = FFTOptimalDecoderMechanism(4)
-    on_disk = NoiseGenerator(mechanism, [(3,)], seed=3, scratch_dir=tmp_path)
-    in_memory = NoiseGenerator(mechanism, [(3,)], seed=3)
+    on_disk = CorrelatedNoise(mechanism, [(3,)], seed=3, scratch_dir=tmp_path)
+    in_memory = CorrelatedNoise(mechanism, [(3,)], seed=3)
     first = on_disk.next()[0]
     assert [p.stat().st_mode & 0o777 for p in tmp_path.iterdir()] == [0o600]
     assert torch.equal(first, in_memory.next()[0])
@@ -128,7 +128,7 @@ def test_scratch_file_holds_the_buffer_and_is_removed(tmp_path):
         on_disk.next()
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(InvalidInputError, match="not a folder"):
-        NoiseGenerator(mechanism, [(3,)], scratch_dir=tmp_path / "missing")
+        CorrelatedNoise(mechanism, [(3,)], scratch_dir=tmp_path / "missing")
 
 
 def test_from_file_of_multi_epoch_optimize(tmp_path):
@@ -141,7 +141,7 @@ def test_from_file_of_multi_epoch_optimize(tmp_path):
     path = tmp_path / "mech.npz"
     made = run_cli("multi-epoch", "optimize", "--n", "8", "--participations", "2", "--out", str(path))
     assert made.returncode == 0, made.stderr
-    generator = NoiseGenerator.from_file(path, SHAPES, noise_multiplier=1.5, clip_norm=0.5, seed=3)
+    generator = CorrelatedNoise.from_file(path, SHAPES, noise_multiplier=1.5, clip_norm=0.5, seed=3)
     written = Factorization.load(path)
     sens2, _ = sensitivity_of(generator.mechanism, max_participations=2, min_sep=4)
     assert sens2 == pytest.approx(written.metadata["made_by"]["sensitivity_squared"], rel=1e-6)
@@ -149,4 +149,4 @@ def test_from_file_of_multi_epoch_optimize(tmp_path):
     B = written.decoder
     assert_covariance(empirical(generator) / generator.noise_std**2, B @ B.T)
     with pytest.raises(InvalidInputError, match="not a multi-epoch factorization"):
-        NoiseGenerator.from_file(BASE_FOLDER / "k008_maxse.npz", SHAPES, noise_multiplier=1.0)
+        CorrelatedNoise.from_file(BASE_FOLDER / "k008_maxse.npz", SHAPES, noise_multiplier=1.0)

@@ -261,7 +261,9 @@ def test_cuda_request_without_cuda():
 def test_cli_train(tmp_path):
     from typer.testing import CliRunner
 
-    from pure_dp_mf.cli import app
+    from pure_dp_mf.cli import all_commands
+
+    app = all_commands()
 
     out = tmp_path / "k4.npz"
     arguments = [

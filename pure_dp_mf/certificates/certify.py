@@ -78,6 +78,7 @@ exactly against the named file (cheap: O(k²)), for the streamer's noise scale.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -95,13 +96,18 @@ from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import CheckFailedError, InvalidInputError, PureDPMFError
 from pure_dp_mf.factorizations.costs import factorization_costs
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
+from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
 from pure_dp_mf.mechanisms.lift import lift_factor
-from pure_dp_mf.validation import check_size
+from pure_dp_mf.validation import check_size, parse_json, read_bytes_limited
 
 FORMAT = "pure_dp_mf.certificate/1"
 DEFAULT_GRID_BITS = exact.GRID_BITS
 DECIMAL_DIGITS = 12
 _MAX_GRID_BITS = 512
+MAX_CERTIFIED_SIZE = math.isqrt(MAX_ENTRIES)
+"""Largest k of a certificate: a k×k encoder file of more entries is not read (8192)."""
+MAX_CERTIFICATE_BYTES = 1 << 20
+"""Largest certificate file read (1 MiB; the shipped ones are about 4 KiB)."""
 _DECODER_CLAIM = {"maxse": "decoder_max_row_norm", "meanse": "decoder_frobenius_norm"}
 _COST_CLAIM = {"maxse": "c2", "meanse": "cf"}
 _LOG_METHOD = (
@@ -215,8 +221,8 @@ class Certificate:
     def from_json(cls, text: str, *, folder: str | os.PathLike = ".", source: str = "certificate") -> Certificate:
         """Parse a certificate; every structural problem is a ``CertificateFileError``."""
         try:
-            document = json.loads(text)
-        except ValueError as error:
+            document = parse_json(text, what="the certificate")
+        except InvalidInputError as error:
             raise CertificateFileError(f"{source}: not valid JSON ({error})") from None
         reader = _Reader(document, source)
         if reader.get("format", str) != FORMAT:
@@ -226,9 +232,9 @@ class Certificate:
             raise CertificateFileError(f"{source}: field 'factorization.metric' must be one of {METRICS}, got {metric!r}")
         n = reader.get("factorization.n", int)
         grid_bits = reader.get("factorization.grid_bits", int)
-        if n < 2 or not 1 <= grid_bits <= _MAX_GRID_BITS:
+        if not 2 <= n <= MAX_CERTIFIED_SIZE or not 1 <= grid_bits <= _MAX_GRID_BITS:
             raise CertificateFileError(
-                f"{source}: 'factorization.n' must be >= 2 and 'factorization.grid_bits' in [1, {_MAX_GRID_BITS}]"
+                f"{source}: 'factorization.n' must be in [2, {MAX_CERTIFIED_SIZE}] and 'factorization.grid_bits' in [1, {_MAX_GRID_BITS}]"
             )
         rounded_from = reader.get("factorization.rounded_from", (dict, type(None)))
         file = Path(reader.get("factorization.file", str))
@@ -256,9 +262,11 @@ class Certificate:
         if not path.is_file():
             raise CertificateFileError(f"{path}: no such certificate file")
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise CertificateFileError(f"{path}: unreadable ({error})") from None
+            text = read_bytes_limited(path, limit=MAX_CERTIFICATE_BYTES, what=str(path)).decode("utf-8")
+        except InvalidInputError as error:
+            raise CertificateFileError(str(error)) from None
+        except UnicodeDecodeError as error:
+            raise CertificateFileError(f"{path}: unreadable (not UTF-8 text: {error.reason} at byte {error.start})") from None
         return cls.from_json(text, folder=path.resolve().parent, source=str(path))
 
     def write(self, path: str | os.PathLike) -> Path:
@@ -284,6 +292,8 @@ class Certificate:
         rows = []
         for name, bound in self.claims.items():
             reference = self.float64.get(name)
+            if isinstance(reference, bool) or not isinstance(reference, (int, float)) or not math.isfinite(reference):
+                reference = None  # a certificate read from a file may hold anything here: it is for information
             gap = float((bound.value - Fraction(reference)) / Fraction(reference)) if reference else None
             rows.append(
                 (
@@ -319,6 +329,13 @@ class _Reader:
 
     def bound(self, dotted: str) -> Bound:
         document = self.get(dotted, dict)
+        for part in ("numerator", "denominator", "decimal"):
+            written = document.get(part)
+            if isinstance(written, str) and len(written) > exact.MAX_NUMBER_DIGITS + 1:
+                raise CertificateFileError(
+                    f"{self.source}: field '{dotted}.{part}' has {len(written)} characters; "
+                    f"at most {exact.MAX_NUMBER_DIGITS} digits are read"
+                )
         value = exact.fraction_from_json(document)
         if value is None:
             raise CertificateFileError(
@@ -345,27 +362,20 @@ def _certifier_decoder_bound(P: np.ndarray, M: np.ndarray, *, g: int, metric: st
     G·2^2g = (M·P − 2^2g·T_k)·T_k⁻¹ = M·(P·T_k⁻¹) − 2^2g·I, and P·T_k⁻¹ is P with each column
     minus the next one: one integer product of small entries, no residual matrix formed.
     """
-    scale = 1 << (2 * g)
-    M_exact = exact.integer_matrix(M)
-    G = exact.series_residual(P, M_exact, shift=2 * g)  # G·2^2g
-    G_rows = exact.rows_of(G)
-    if metric == "maxse":
-        rho = gmpy2.mpq(max(exact.row_abs_sums(G_rows)), scale)
-    else:
-        rho = exact.sqrt_upper(gmpy2.mpq(max(exact.row_abs_sums(G_rows)) * max(exact.column_abs_sums(G_rows)), scale * scale))
+    series = exact.neumann_series(
+        P, exact.integer_matrix(M), grid_bits=g, decoder_bits=g, norm="rows" if metric == "maxse" else "frobenius"
+    )
+    rho = series.rho
     if rho >= 1:
         raise CertificationError(
             f"the Neumann series for (I + G)⁻¹, G = (L̃R̃ − T_k)·T_k⁻¹, does not converge: ‖G‖ ≥ {float(rho):.4g} ≥ 1; "
             "L·R is too far from T_k to certify"
         )
-    E1 = G * M_exact * -1  # E₁·2^3g
-    Lhat = M_exact * scale + E1  # L̂·2^3g
+    assert series.second_squares is not None
     combine = max if metric == "maxse" else sum
-    denominator = gmpy2.mpz(2) ** (6 * g)
-    squares_hat = combine(exact.row_sums_of_squares(exact.rows_of(Lhat)))
-    squares_first = combine(exact.row_sums_of_squares(exact.rows_of(E1)))
-    approximate = exact.sqrt_upper(gmpy2.mpq(squares_hat, denominator))
-    first_order = exact.sqrt_upper(gmpy2.mpq(squares_first, denominator))
+    denominator = gmpy2.mpz(4) ** series.scale_bits
+    approximate = exact.sqrt_upper(gmpy2.mpq(combine(series.second_squares), denominator))
+    first_order = exact.sqrt_upper(gmpy2.mpq(combine(series.first_squares), denominator))
     tail = rho * first_order / (1 - rho)
     return {
         "series_ratio": rho,

@@ -36,7 +36,6 @@ L̃ around which the series is taken. Claims are read from JSON with their decim
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -48,6 +47,7 @@ import numpy as np
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, decoder_from_encoder
+from pure_dp_mf.validation import parse_json, read_bytes_limited
 
 QUANTITIES = {
     "encoder_max_column_sum": "‖R̃‖₁→₁",
@@ -62,6 +62,10 @@ QUANTITIES = {
     "lifted_constant": "2c²/log₂(2k+1)³ (Theorem 2.5)",
 }
 VERDICTS = ("holds", "fails", "undecided")
+MAX_CLAIMS_BYTES = 1 << 20
+"""Largest claims file read (1 MiB: a claims file states a few numbers)."""
+MAX_GRID_BITS = 512
+"""Largest grid_bits of a claims file (the certifier's limit too)."""
 
 
 @dataclass(frozen=True)
@@ -133,26 +137,18 @@ def proven_ranges(
     else:
         h = grid_bits
         M = exact.grid_integers(decoder_from_encoder(R_rounded), grid_bits=h, nearest=True, name="the float decoder")
-    shift = grid_bits + h
     with exact.flint_threads():
-        M_exact = exact.integer_matrix(M)
-        G = exact.series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
-        G_rows = exact.rows_of(G)
-        if metric == "maxse":
-            rho = _q(gmpy2.mpq(max(exact.row_abs_sums(G_rows)), gmpy2.mpz(2) ** shift))
-        else:
-            product = gmpy2.mpq(max(exact.row_abs_sums(G_rows)) * max(exact.column_abs_sums(G_rows)), gmpy2.mpz(4) ** shift)
-            rho = _q(exact.sqrt_upper(product))
-        if rho >= 1:
-            raise InvalidInputError(
-                f"the Neumann series around the decoder does not converge (‖G‖ ≥ {float(rho):.3g} ≥ 1): "
-                "L̃·R̃ is too far from T_k to bound L = T_k·R̃⁻¹ this way"
-            )
-        E1 = G * M_exact * -1  # E₁·2^(g+2h)
-        second = M_exact * (1 << shift) + E1  # (L̃ + E₁)·2^(g+2h)
-        E1_squares = exact.row_sums_of_squares(exact.rows_of(E1))
-        second_squares = exact.row_sums_of_squares(exact.rows_of(second))
-    scale = shift + h
+        series = exact.neumann_series(
+            P, exact.integer_matrix(M), grid_bits=grid_bits, decoder_bits=h, norm="rows" if metric == "maxse" else "frobenius"
+        )
+    rho = _q(series.rho)
+    if rho >= 1:
+        raise InvalidInputError(
+            f"the Neumann series around the decoder does not converge (‖G‖ ≥ {float(rho):.3g} ≥ 1): "
+            "L̃·R̃ is too far from T_k to bound L = T_k·R̃⁻¹ this way"
+        )
+    assert series.second_squares is not None
+    E1_squares, second_squares, scale = series.first_squares, series.second_squares, series.scale_bits
     first = _norm_range(E1_squares, scale_bits=scale, metric=metric)
     approximate = _norm_range(second_squares, scale_bits=scale, metric=metric)
     tail = rho * first.upper / (1 - rho)
@@ -264,11 +260,18 @@ def judge(*, quantity: str, bound: Fraction, ranges: dict[str, ProvenRange]) -> 
 def _exact_number(value: object, *, where: str) -> Fraction:
     if isinstance(value, Fraction):
         return value
-    if isinstance(value, str):
-        parsed = exact.parse_decimal(value)
-        if parsed is not None:
-            return parsed
-    raise InvalidInputError(f"{where}: a claim's bound must be a number (a JSON number or a decimal string), got {value!r}")
+    if isinstance(value, str) and value.strip():
+        try:
+            return exact.parse_number(value.strip(), what=where)
+        except InvalidInputError as error:
+            if "is not a number" not in str(error):  # a number beyond the caps: say which cap
+                raise
+    raise InvalidInputError(f"{where}: a claim's bound must be a number (a JSON number or a decimal string), got {_shown(value)}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def read_claims(path: str | os.PathLike) -> dict:
@@ -279,15 +282,28 @@ def read_claims(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise InvalidInputError(f"{path}: no such claims file")
+    data = read_bytes_limited(path, limit=MAX_CLAIMS_BYTES, what=str(path))
     try:
-        document = json.loads(path.read_text(encoding="utf-8"), parse_float=Fraction, parse_int=Fraction)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise InvalidInputError(f"{path}: not a JSON claims file ({error})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(
+            f"{path}: not a JSON claims file (not UTF-8 text: {error.reason} at byte {error.start})"
+        ) from None
+
+    def number(written: str) -> Fraction:  # JSON numbers kept exact, within the caps of exact.parse_number
+        return exact.parse_number(written, what=f"{path}: the number")
+
+    document = parse_json(text, what=f"{path}: the claims file", parse_float=number, parse_int=number)
     if not isinstance(document, dict):
         raise InvalidInputError(f"{path}: a claims file is a JSON object")
     for required in ("encoder", "metric", "claims"):
         if required not in document:
             raise InvalidInputError(f"{path}: the claims file has no {required!r}")
+    for name in ("encoder", "metric", "encoder_array", "decoder", "decoder_array"):
+        if name in document and not (isinstance(document[name], str) or (document[name] is None and name != "encoder")):
+            raise InvalidInputError(f"{path}: {name!r} must be a string")
+    if document["metric"] not in METRICS:
+        raise InvalidInputError(f"{path}: 'metric' must be one of {', '.join(METRICS)}, got {_shown(document['metric'])}")
     claims = document["claims"]
     if isinstance(claims, dict):
         pairs = list(claims.items())
@@ -299,15 +315,17 @@ def read_claims(path: str | os.PathLike) -> dict:
         raise InvalidInputError(f"{path}: the claims file states no claim")
     parsed = []
     for quantity, bound in pairs:
-        if quantity not in QUANTITIES:
-            raise InvalidInputError(f"{path}: unknown quantity {quantity!r}; known: {', '.join(QUANTITIES)}")
+        if not isinstance(quantity, str) or quantity not in QUANTITIES:
+            raise InvalidInputError(f"{path}: unknown quantity {_shown(quantity)}; known: {', '.join(QUANTITIES)}")
         parsed.append((quantity, _exact_number(bound, where=f"{path}: {quantity}")))
     document["claims"] = parsed
-    for name in ("grid_bits", "integer_grid_bits"):
+    for name, (low, high) in (("grid_bits", (1, MAX_GRID_BITS)), ("integer_grid_bits", (0, 1000))):
         if document.get(name) is not None:
             value = document[name]
             if not (isinstance(value, Fraction) and value.denominator == 1):
                 raise InvalidInputError(f"{path}: {name} must be an integer")
+            if not low <= value <= high:
+                raise InvalidInputError(f"{path}: {name} must be between {low} and {high}, got {value}")
             document[name] = int(value)
     return document
 

@@ -33,6 +33,9 @@ the certifier and the verifier (``certify.py``) are built from:
   significant digits that is ≥ q (for upper bounds), ``decimal_floor`` the largest that is ≤ q
   (for lower bounds); ``decimal_string`` writes a decimal-valued rational exactly.
 * **JSON fractions.** {"numerator": "…", "denominator": "…"} with decimal-integer strings.
+* **Parsing written numbers exactly** (``parse_number``, ``parse_decimal``, ``fraction_from_json``),
+  with at most ``MAX_NUMBER_DIGITS`` digits and exponents within ±``MAX_DECIMAL_EXPONENT``, so
+  that a hostile ``1e999999999`` is refused at once instead of expanded.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache, lru_cache
 from typing import TypeAlias
@@ -161,6 +165,46 @@ def series_residual(P: np.ndarray, M_exact: flint.fmpz_mat, *, shift: int) -> fl
     Q = np.asarray(P).copy()
     Q[:, :-1] -= np.asarray(P)[:, 1:]
     return subtract_scaled_identity(M_exact * integer_matrix(Q), 1 << shift)
+
+
+@dataclass(frozen=True)
+class NeumannSeries:
+    """The terms of the Neumann-series bound of L = T_k·R̃⁻¹ around a float decoder L̃ (``neumann_series``).
+
+    With G = (L̃R̃ − T_k)·T_k⁻¹ and ρ ≥ ‖G‖ (a norm consistent with the bound sought), ρ < 1 proves
+    R̃ invertible and L − L̃ = E₁ − G·(L − L̃) with E₁ = −G·L̃, so row by row (ρ the ∞→∞ norm) or
+    in Frobenius norm (ρ the geometric mean of the ∞→∞ and 1→1 norms, a bound of ‖G‖₂)
+    ‖L − L̃‖ ≤ ‖E₁‖/(1 − ρ), and L = (L̃ + E₁) + (L − L̃ − E₁) with ‖L − L̃ − E₁‖ ≤ ρ‖E₁‖/(1 − ρ).
+    ``first_squares``/``second_squares`` are the row sums of squares of E₁ and of L̃ + E₁, as
+    integers scaled by 2^(2·``scale_bits``)."""
+
+    rho: gmpy2.mpq
+    first_squares: list[int]
+    second_squares: list[int] | None
+    scale_bits: int
+
+
+def neumann_series(
+    P: np.ndarray, M_exact: flint.fmpz_mat, *, grid_bits: int, decoder_bits: int, norm: str = "rows", second_order: bool = True
+) -> NeumannSeries:
+    """The Neumann-series terms for R̃ = P·2^-g and L̃ = M·2^-h (``NeumannSeries``), in integers:
+    the one assembly of this bound, shared by the certifier, the claims checker and the exact
+    release (the verifier keeps its own, independent route). ``norm`` "rows" bounds ‖G‖∞→∞
+    (row-wise bounds), "frobenius" ‖G‖₂ ≤ √(‖G‖∞→∞·‖G‖₁→₁)."""
+    shift = grid_bits + decoder_bits
+    G = series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
+    G_rows = rows_of(G)
+    if norm == "rows":
+        rho = gmpy2.mpq(max(row_abs_sums(G_rows)), gmpy2.mpz(2) ** shift)
+    else:
+        rho = sqrt_upper(gmpy2.mpq(max(row_abs_sums(G_rows)) * max(column_abs_sums(G_rows)), gmpy2.mpz(4) ** shift))
+    E1 = G * M_exact * -1  # E₁·2^(g+2h)
+    second = None
+    if second_order:
+        second = row_sums_of_squares(rows_of(M_exact * (1 << shift) + E1))  # (L̃ + E₁)·2^(g+2h)
+    return NeumannSeries(
+        rho=rho, first_squares=row_sums_of_squares(rows_of(E1)), second_squares=second, scale_bits=shift + decoder_bits
+    )
 
 
 def rows_of(matrix: flint.fmpz_mat) -> list[list]:
@@ -347,9 +391,51 @@ def decimal_string(value: Rational) -> str:
     return f"{sign}{digits[:-places]}.{digits[-places:]}"
 
 
+MAX_NUMBER_DIGITS = 1000
+"""Most digits read in one written number (a decimal, a JSON number, a fraction's numerator or
+denominator): exact parsing costs grow with them, and no bound in this library needs more."""
+MAX_DECIMAL_EXPONENT = 1000
+"""Largest |e| of a number written with an exponent (``1e999999999`` would take 10^9 digits)."""
+_NUMBER = re.compile(r"(-?)([0-9]+)(?:\.([0-9]+))?(?:[eE]([+-]?[0-9]+))?")
+
+
+def parse_number(text: str, *, what: str = "number") -> Fraction:
+    """The exact value of a number written as JSON writes numbers (``-12``, ``0.5``, ``1e999``:
+    also beyond the float range), or ``InvalidInputError`` naming ``what``: not such a number,
+    more than ``MAX_NUMBER_DIGITS`` digits, or an exponent beyond ±``MAX_DECIMAL_EXPONENT``.
+    Usable as ``json.loads(parse_float=…, parse_int=…)``: the caps keep it fast."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if len(text) > 2 * MAX_NUMBER_DIGITS + 16:
+        raise InvalidInputError(
+            f"{what}: a number written with {len(text)} characters; at most {MAX_NUMBER_DIGITS} digits are read"
+        )
+    match = _NUMBER.fullmatch(text) if text.isascii() else None
+    if match is None:
+        raise InvalidInputError(f"{what}: {shown!r} is not a number")
+    sign, whole, decimals, exponent_text = match.groups()
+    decimals = decimals or ""
+    if len(whole) + len(decimals) > MAX_NUMBER_DIGITS:
+        raise InvalidInputError(
+            f"{what}: {shown!r} has {len(whole) + len(decimals)} digits; at most {MAX_NUMBER_DIGITS} are read"
+        )
+    exponent = 0
+    if exponent_text is not None:
+        digits = exponent_text.lstrip("+-").lstrip("0")
+        if len(digits) > len(str(MAX_DECIMAL_EXPONENT)) or int(digits or "0") > MAX_DECIMAL_EXPONENT:
+            raise InvalidInputError(
+                f"{what}: {shown!r} has an exponent beyond ±{MAX_DECIMAL_EXPONENT}, the largest this library reads exactly"
+            )
+        exponent = int(exponent_text)
+    exponent -= len(decimals)
+    mantissa = int(whole + decimals)
+    value = Fraction(mantissa * 10**exponent) if exponent >= 0 else Fraction(mantissa, 10**-exponent)
+    return -value if sign else value
+
+
 def parse_decimal(text: object) -> Fraction | None:
-    """The exact value of a non-negative decimal string, or None if it is not one."""
-    if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
+    """The exact value of a non-negative decimal string (digits, an optional fraction, no
+    exponent) of at most ``MAX_NUMBER_DIGITS`` digits, or None if it is not one."""
+    if not isinstance(text, str) or len(text) > MAX_NUMBER_DIGITS + 1 or not _DECIMAL.fullmatch(text):
         return None
     return Fraction(text)
 
@@ -366,6 +452,8 @@ def fraction_from_json(document: object) -> Fraction | None:
         return None
     numerator, denominator = document.get("numerator"), document.get("denominator")
     if not (isinstance(numerator, str) and isinstance(denominator, str)):
+        return None
+    if max(len(numerator), len(denominator)) > MAX_NUMBER_DIGITS + 1:  # int() of longer text is slow, or refused
         return None
     if not (_INTEGER.fullmatch(numerator) and _INTEGER.fullmatch(denominator)) or int(denominator) <= 0:
         return None

@@ -18,6 +18,10 @@ from pure_dp_mf.cli.app import (
     print_json,
     print_table,
 )
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_size
+
+DEFAULT_MAX_BASE_SIZE = 256  # sympy_verify.DEFAULT_MAX_BASE_SIZE, without importing sympy for every command
 
 
 @app.command("certify")
@@ -65,14 +69,34 @@ def certify_command(
     console.print(f"certificate written to {out} in {certificate.timings['total_s']:.2f} s; re-check: {certificate.command}")
 
 
+ENGINES = ("flint", "sympy")
+
+
 @app.command("verify")
 def verify_command(
     certificate: Path = typer.Argument(..., help="certificate file (JSON)"),
+    engine: str = typer.Option(
+        "flint",
+        "--engine",
+        help="flint (the verifier of certify.py, every k in seconds) or sympy (an independent route: L = T_k·R⁻¹ "
+        "exactly in sympy, O(k³), k up to --max-base-size)",
+    ),
+    max_base_size: int = typer.Option(
+        DEFAULT_MAX_BASE_SIZE, "--max-base-size", help="largest k the sympy engine verifies (about 4 minutes at 256)"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Re-prove every claim of a certificate from its factorization file; exit 0 only if all hold."""
+    if engine not in ENGINES:
+        raise InvalidInputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    max_base_size = check_size(max_base_size, name="--max-base-size", minimum=2)
     with console.status("verifying") as status:
-        result = verify_certificate(path=certificate, progress=status.update)
+        if engine == "sympy":
+            from pure_dp_mf.certificates.sympy_verify import verify_with_sympy  # imports sympy: only for this engine
+
+            result = verify_with_sympy(path=certificate, max_base_size=max_base_size, progress=status.update)
+        else:
+            result = verify_certificate(path=certificate, progress=status.update)
     if as_json:
         print_json(result.as_dict())
         return

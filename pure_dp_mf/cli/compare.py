@@ -9,7 +9,8 @@ import typer
 
 from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import app, console, print_json, print_table
-from pure_dp_mf.mechanisms.planner import comparison_rows
+from pure_dp_mf.mechanisms.anytime import anytime_rows
+from pure_dp_mf.mechanisms.planner import DEFAULT_PROVIDERS, comparison_rows
 from pure_dp_mf.reports.figures import plot_leading_constants
 
 
@@ -20,11 +21,15 @@ def compare(
     sort_by: str = typer.Option("maxse", "--sort-by", help="maxse or meanse"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     plot: Path | None = typer.Option(None, "--plot", help="also write a PNG of the leading constants for n = 2^4 … 2^40"),
+    anytime: bool = typer.Option(
+        False, "--anytime", help="add the anytime counters (no horizon): their errors over steps 1 … n, beside the known-n rows"
+    ),
 ) -> None:
     """MaxSE, MeanSE and leading constants of every mechanism at n, best arity per metric, sorted by error."""
     if plot is not None:
         check_writable_file(plot, name="--plot")  # before any work
-    rows = comparison_rows(n=n, epsilon=epsilon, sort_by=sort_by)
+    providers = (*DEFAULT_PROVIDERS, anytime_rows) if anytime else None
+    rows = comparison_rows(n=n, epsilon=epsilon, sort_by=sort_by, providers=providers)
     if as_json:
         print_json({"n": n, "epsilon": epsilon, "sort_by": sort_by, "rows": [row.as_dict() for row in rows]})
     else:

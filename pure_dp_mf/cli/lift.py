@@ -54,6 +54,13 @@ def lift(
         print_json(record)
         return
     costs, full = plan.costs, plan.untruncated_costs
+    exact = plan.sensitivity_exact
+    if exact is None:
+        exact_text = "(not computed)"
+    elif exact.denominator < 10**30:
+        exact_text = f"{exact.numerator}/{exact.denominator}"
+    else:
+        exact_text = "(see --json)"
     rows = [
         ("base size k / inner size", f"{plan.base_size} / {plan.base_inner_size}"),
         ("metric (α chosen for) / α rule", f"{plan.metric} / {plan.alpha_rule}"),
@@ -64,12 +71,7 @@ def lift(
         ("‖L‖₂→∞² at n", plan.truncated_max_row_norm_squared),
         ("‖L‖_F² at n", plan.truncated_frobenius_squared),
         ("‖R‖₁→₁ at n (sensitivity)", plan.sensitivity),
-        (
-            "sensitivity, exact",
-            f"{plan.sensitivity_exact.numerator}/{plan.sensitivity_exact.denominator}"
-            if plan.sensitivity_exact.denominator < 10**30
-            else "(see --json)",
-        ),
+        ("sensitivity, exact", exact_text),
         ("ε", plan.epsilon),
         ("MaxSE at n", costs.max_se),
         ("MeanSE at n", costs.mean_se),

@@ -79,7 +79,7 @@ def lower_bound(
         _exhaustive(exhaustive, max_inner_size, as_json)
         return
     if sweep:
-        largest = check_size(65536 if n is None else n, name="--n", minimum=4)
+        largest = check_size(65536 if n is None else n, name="--n", minimum=4, maximum=trees.MAX_EXPLICIT_N)  # explicit trees
         kinds = [("binary", 2)] + [("kary", k) for k in SWEEP_ARITIES]
         jobs = [(kind, k, size) for kind, k in kinds for size in _powers_up_to(largest)]
         rows = [
@@ -94,6 +94,7 @@ def lower_bound(
         raise InvalidInputError(f"unknown tree {tree!r}; expected one of {', '.join(TREES)}")
     if n is None:
         raise InvalidInputError("--tree needs --n")
+    n = check_size(n, name="--n", maximum=trees.MAX_EXPLICIT_N)  # an explicit matrix is checked
     factorization = trees.tree_factorization(mechanism=tree, n=n, arity=None if tree == "binary" else arity)
     report = lower_bounds.check_factorization_lower_bound(factorization)
     label = f"{tree} tree" + ("" if tree == "binary" else f", arity {arity}") + f", n = {n}"

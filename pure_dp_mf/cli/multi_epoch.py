@@ -11,10 +11,12 @@ from typing import cast
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import app, console, error_console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations import workloads
-from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, Constraint, optimize
+from pure_dp_mf.gaussian.optimize import DEFAULT_GAP, DEFAULT_MAX_ITERATIONS, MAX_STEPS, Constraint, optimize
+from pure_dp_mf.validation import check_size
 
 multi_epoch_app = typer.Typer(
     help="Gaussian multi-epoch matrix factorization (Choquette-Choo et al.): optimize under (k,b)-participation, account ε.",
@@ -52,6 +54,13 @@ def optimize_command(
     ),
 ) -> None:
     """Optimize A = B·C for (k,b) fixed-epoch participation and write the factorization file."""
+    n = check_size(n, name="--n", maximum=MAX_STEPS)  # before the n×n workload is built
+    participations = check_size(participations, name="--participations", maximum=n)
+    if separation is not None:
+        separation = check_size(separation, name="--separation", maximum=n)
+    if min_sep is not None:
+        min_sep = check_size(min_sep, name="--min-sep", maximum=n)
+    check_writable_file(out, name="--out")
     if participation != "fixed-epoch":
         raise InvalidInputError(
             f"--participation {participation}: the dense optimizer optimizes for fixed-epoch participation only; "

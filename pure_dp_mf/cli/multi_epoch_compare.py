@@ -9,21 +9,21 @@ from pathlib import Path
 
 import typer
 
+from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.cli.app import console, print_json, print_table
 from pure_dp_mf.cli.multi_epoch import multi_epoch_app
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.gaussian.comparison import compare, plot_step_variance
+from pure_dp_mf.gaussian.comparison import DENSE_LIMIT, compare, plot_step_variance
+from pure_dp_mf.gaussian.toeplitz import MAX_STEPS
+from pure_dp_mf.validation import check_positive, check_size, parse_integer
 
 
 def _stamps(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInputError(f"--stamps must be a comma-separated list of integers, got {text!r}") from None
+    values = [parse_integer(part, what="--stamps") for part in text.split(",") if part.strip()]
     if not values or min(values) < 1:
-        raise InvalidInputError(f"--stamps must list positive integers, got {text!r}")
+        raise InvalidInputError(f"--stamps must list positive integers, got {text[:60]!r}")
     return values
 
 
@@ -48,6 +48,8 @@ def compare_command(
 ) -> None:
     """Total loss ‖B‖_F²·sens² and RMSE of every mechanism for prefix sums under (k,b)-participation."""
 
+    if not check_positive(delta, name="--delta") < 1:
+        raise InvalidInputError(f"--delta must be in (0, 1), got {delta!r}")
     if noise_multiplier is not None:
         from pure_dp_mf.gaussian.accounting import epsilon_for  # dp_accounting: only for this command
 
@@ -56,13 +58,24 @@ def compare_command(
         epsilon = None
     if participation not in ("fixed-epoch", "min-sep"):
         raise InvalidInputError(f"--participation must be fixed-epoch or min-sep, got {participation!r}")
-    if plot is not None and not plot.parent.exists():
-        raise InvalidInputError(f"cannot write {plot}: folder {plot.parent} does not exist")
+    if plot is not None:
+        check_writable_file(plot, name="--plot")
+    # sizes before anything of size n is allocated (the library checks them again)
+    n = check_size(n, name="--n", maximum=MAX_STEPS)
+    if dense and n > DENSE_LIMIT:
+        raise InvalidInputError(
+            f"--n {n}: the dense mechanisms (n×n matrices) are compared up to n = {DENSE_LIMIT}; add --no-dense "
+            f"to compare the Toeplitz strategies alone (up to n = {MAX_STEPS})"
+        )
+    participations = check_size(participations, name="--participations", maximum=n)
+    if n % participations:
+        raise InvalidInputError(f"--n {n} is not a multiple of --participations {participations} (b = n/k)")
+    chosen_stamps = _stamps(stamps)
     if as_json:
         rows = compare(
             n=n,
             max_participations=participations,
-            stamps=_stamps(stamps),
+            stamps=chosen_stamps,
             include_optimizer=optimizer,
             participation=participation,
             dense=dense,
@@ -72,7 +85,7 @@ def compare_command(
             rows = compare(
                 n=n,
                 max_participations=participations,
-                stamps=_stamps(stamps),
+                stamps=chosen_stamps,
                 include_optimizer=optimizer,
                 progress=lambda name: status.update(f"comparing mechanisms: {name}"),
                 participation=participation,
@@ -139,10 +152,13 @@ def check_strategy_command(
     """Loss and sensitivity of a Toeplitz or BLT strategy from another library, under both schemas."""
     from pure_dp_mf.gaussian.toeplitz import read_strategy, strategy_report
 
+    n = check_size(n, name="--n", maximum=MAX_STEPS)  # before any vector of n steps
+    participations = check_size(participations, name="--participations", maximum=n)
     if separation is None:
-        if participations < 1 or n < 1 or n % participations:
+        if n % participations:
             raise InvalidInputError(f"--participations {participations} does not divide --n {n}; give --separation")
         separation = n // participations
+    separation = check_size(separation, name="--separation", maximum=n)
     report = strategy_report(read_strategy(strategy_file, n=n), max_participations=participations, separation=separation)
     if as_json:
         print_json(report)

@@ -11,7 +11,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
 from pure_dp_mf.factorizations.train import TrainSettings, prepare_run, train_base_factorization
+from pure_dp_mf.validation import check_size
+
+MAX_BASE_SIZE = 8192
+"""Largest k trained: every step holds several k×k float64 matrices (T_k, R, its gradient, Adam's two
+moments, L-BFGS's history), 512 MiB each at k = 8192, and a file of more than 8192² = 2^26 entries
+could not be read back (``matrix_files.MAX_ENTRIES``)."""
+MAX_THREADS = 1024
 
 
 @app.command()
@@ -61,6 +69,11 @@ def train(
     saves a checkpoint and the best factorization so far and exits with code 130; --resume
     continues exactly where the run stopped.
     """
+    check_size(base_size, name="--base-size", minimum=2, maximum=MAX_BASE_SIZE)  # T_k, R and Adam's state: k×k each
+    if inner_size is not None:
+        check_size(inner_size, name="--inner-size", minimum=1, maximum=MAX_ENTRIES // base_size)
+    if threads is not None:
+        check_size(threads, name="--threads", maximum=MAX_THREADS)
     warm = init not in ("identity", "toeplitz")
     settings = TrainSettings(
         base_size=base_size,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +35,8 @@ from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_k
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
+
+LOG = logging.getLogger("pure_dp_mf.spark")
 
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
 KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
@@ -57,32 +61,29 @@ def private_running_counts(
     metric: str = "maxse",
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
-    lineage: str | None = None,
+    invalid: str = "refuse",
     keys_per_shard: int = KEYS_PER_SHARD,
 ) -> Any:
-    """The releases of every key at steps 1 … ``through`` (default: the last step of the events)
-    as a Spark DataFrame (see the module docstring). Raises ``InvalidInputError`` for a missing
-    column, a bad key list, a step outside [1, horizon] or a value outside [0, m]."""
+    """The releases of every key at every step of the public schedule 1 … ``through`` (default
+    the horizon) as a Spark DataFrame (see the module docstring).
+
+    Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
+    other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
+    "refuse" an ``InvalidInputError`` is raised here, before anything is released (the checks
+    run as one Spark job); "zero" drops an invalid event, "clamp" clamps its value to [0, m] (an
+    unparsable one is dropped). A missing column or a bad key list is an ``InvalidInputError``."""
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
     shards = _shards(keys, keys_per_shard)
     generator = generator if generator is not None else NoiseGenerator.secure()
-    for flag, name in (
-        ("key_column", key_column),
-        ("step_column", step_column),
-        ("value_column", value_column),
-        ("user_column", user_column),
-    ):
-        if name is not None and name not in events.columns:
-            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
-    if privacy_unit == "user" and user_column is None:
-        raise InvalidInputError("user-level privacy needs user_column")
-    if user_column is not None and privacy_unit != "user":
-        raise InvalidInputError("user_column is for privacy_unit='user'")
+    _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
+    _check_unit(privacy_unit, user_column)
+    if invalid not in ("refuse", "zero", "clamp"):
+        raise InvalidInputError(f"invalid must be refuse, zero or clamp on Spark batch, got {invalid!r}")
+    through = horizon if through is None else check_size(through, name="through", maximum=check_size(horizon, name="horizon"))
     settings = _run_settings(
         generator=generator,
-        lineage=lineage,
         beta=beta,
         epsilon=epsilon,
         horizon=horizon,
@@ -93,35 +94,24 @@ def private_running_counts(
         max_keys=max_keys,
         max_per_key=max_per_key,
     )
-    value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
-    columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
-    if user_column is not None:
-        columns.append(F.col(user_column).cast("string").alias("user"))
-    table = events.select(*columns)
-    low_step, high_step, low_value, high_value, missing = table.agg(
-        F.min("step"),
-        F.max("step"),
-        F.min("value"),
-        F.max("value"),
-        F.sum((F.col("step").isNull() | F.col("value").isNull()).cast("long")),
-    ).first()
-    if missing:
-        raise InvalidInputError(f"{missing} event(s) have a step or value that is not an integer")
-    if low_step is not None and (low_step < 1 or high_step > horizon):
-        raise InvalidInputError(f"a step is outside [1, {horizon}] (the steps run from {low_step} to {high_step})")
-    if low_value is not None and (low_value < 0 or high_value > max_value):
-        raise InvalidInputError(f"a value is outside [0, {max_value}] (the values run from {low_value} to {high_value})")
-    if through is None:
-        through = int(high_step) if high_step is not None else 0
     spark = events.sparkSession
     key_table = _key_table(spark, shards)
-    known = table.join(F.broadcast(key_table.select("key")), on="key", how="inner")
+    table = _scheduled(
+        events,
+        key_table,
+        key_column=key_column,
+        step_column=step_column,
+        value_column=value_column,
+        user_column=user_column,
+        through=through,
+    )
+    table = _apply_policy(table, invalid=invalid, max_value=max_value)
     if privacy_unit == "user":
-        known = known.groupBy("user").applyInPandas(
+        table = table.groupBy("user").applyInPandas(
             lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value, keys=keys),
             "key string, step long, value long",
         )
-    totals = known.groupBy("key", "step").agg(F.sum("value").alias("value"))
+    totals = table.groupBy("key", "step").agg(F.sum("value").alias("value"))
     totals = totals.join(F.broadcast(key_table), on="key", how="inner")
     every_shard = spark.createDataFrame(
         [(None, 0, 0, shard) for shard in range(len(shards))], "key string, step long, value long, shard long"
@@ -130,6 +120,67 @@ def private_running_counts(
     return grouped.applyInPandas(
         lambda frame: _release_shard(frame, shards=shards, through=through, settings=settings), RELEASE_SCHEMA
     )
+
+
+_INTEGER = "^-?[0-9]+(\\.0*)?$"
+
+
+def _check_columns(events, **columns) -> None:
+    for flag, name in columns.items():
+        if name is not None and name not in events.columns:
+            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
+
+
+def _check_unit(privacy_unit: str, user_column: str | None) -> None:
+    if privacy_unit == "user" and user_column is None:
+        raise InvalidInputError("user-level privacy needs user_column")
+    if user_column is not None and privacy_unit != "user":
+        raise InvalidInputError("user_column is for privacy_unit='user'")
+
+
+def _strict_long(column):
+    """A column as long when its text is an integer in ASCII digits (else null): no "1_0", no
+    exponent, no other script, no fraction (Spark's own cast would truncate "12.5" to 12)."""
+    from pyspark.sql import functions as F
+
+    text = F.trim(column.cast("string"))
+    return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").cast("decimal(38,0)").cast("long"))
+
+
+def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int):
+    """(key, step, value[, user]) of the events of listed keys whose step is in [1, through]; the
+    others are dropped before their values are looked at. ``valid`` marks parsable values."""
+    from pyspark.sql import functions as F
+
+    value = _strict_long(F.col(value_column)) if value_column is not None else F.lit(1).cast("long")
+    columns = [
+        F.col(key_column).cast("string").alias("key"),
+        _strict_long(F.col(step_column)).alias("step"),
+        value.alias("value"),
+    ]
+    if user_column is not None:
+        columns.append(F.col(user_column).cast("string").alias("user"))
+    table = events.select(*columns).join(F.broadcast(key_table.select("key")), on="key", how="inner")
+    return table.where(F.col("step").isNull() | F.col("step").between(1, through))
+
+
+def _apply_policy(table, *, invalid: str, max_value: int):
+    """The invalid events of the schedule: refused (one Spark job, before any release), dropped or clamped."""
+    from pyspark.sql import functions as F
+
+    bad = F.col("step").isNull() | F.col("value").isNull() | (F.col("value") < 0) | (F.col("value") > max_value)
+    if invalid == "refuse":
+        count = table.where(bad).count()
+        if count:
+            raise InvalidInputError(
+                f"{count} event(s) of listed keys in the schedule have a step or value that is not an integer in range "
+                f"(value in [0, {max_value}]); nothing was released"
+            )
+        return table
+    parsed = table.where(F.col("step").isNotNull() & F.col("value").isNotNull())
+    if invalid == "clamp":
+        return parsed.withColumn("value", F.least(F.greatest(F.col("value"), F.lit(0)), F.lit(max_value)).cast("long"))
+    return parsed.where(~bad)
 
 
 def _shards(keys: Sequence[str], keys_per_shard: int) -> list[list[str]]:
@@ -191,15 +242,40 @@ def _shard_frame(counters: KeyedCounters, increments: np.ndarray, *, totals: np.
     )
 
 
-STATE_SCHEMA = "keys_sha256 string, released long, totals string, pending string"  # per-key lists as JSON
+STATE_SCHEMA = "keys_sha256 string, released long, totals string, pending string, ahead string"  # per-key lists as JSON
+
+
+def file_clock(spark: Any, folder: str, *, max_files_per_trigger: int | None = None) -> Any:
+    """A public clock as a streaming DataFrame (``step`` long) read from CSV files with a header
+    line ``step`` in ``folder``: a file holding step s says that steps 1 … s are complete. Write
+    these from the job's scheduler, never from the data (for replays and tests; ``rate_clock``
+    for wall-clock time)."""
+    reader = spark.readStream.schema("step long").option("header", True)
+    if max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    return reader.csv(str(folder))
+
+
+def rate_clock(spark: Any, *, start: str, step_seconds: float, rows_per_second: int = 1) -> Any:
+    """A public clock from Spark's rate source: at time τ the steps 1 … ⌊(τ − start)/step_seconds⌋
+    are complete (``start`` an ISO timestamp)."""
+    from pyspark.sql import functions as F
+
+    if not step_seconds > 0:
+        raise InvalidInputError(f"step_seconds must be positive, got {step_seconds!r}")
+    ticks = spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
+    elapsed = F.col("timestamp").cast("double") - F.lit(start).cast("timestamp").cast("double")
+    return ticks.select(F.floor(elapsed / F.lit(float(step_seconds))).cast("long").alias("step"))
 
 
 def private_running_counts_stream(
     events: Any,
     *,
+    clock: Any,
     keys: Sequence[str],
     epsilon: float,
     horizon: int,
+    generator: NoiseGenerator,
     key_column: str = "key",
     step_column: str = "step",
     value_column: str | None = None,
@@ -210,68 +286,62 @@ def private_running_counts_stream(
     max_value: int = 1,
     base: str | None = None,
     metric: str = "maxse",
-    generator: NoiseGenerator | None = None,
     beta: float = 0.05,
-    lineage: str | None = None,
+    invalid: str = "zero",
+    query: str | None = None,
     keys_per_shard: int = KEYS_PER_SHARD,
 ) -> Any:
     """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event or per
     user, to be written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
 
-    Each micro-batch releases, for every public key, every new step up to the largest step of the
-    batch. The keys are cut into shards of ``keys_per_shard`` consecutive keys of the list; the
-    batch's new steps (``dropDuplicates`` on the step: a small state of at most n steps) are
-    cross-joined with the shards so that keys without events are invoked too, and
+    **A public schedule.** Which steps a micro-batch releases is decided by ``clock``, a streaming
+    DataFrame of steps (``file_clock``, ``rate_clock``) that must not depend on the data: each
+    micro-batch releases, for every public key, every step up to the largest clock step it reads
+    (capped at the horizon). Events never decide it: an event of a step the clock has not closed
+    waits in the state until it does; events of unlisted keys or beyond the horizon are dropped
+    unseen. An event of a step already released is counted at the next step released (event
+    level) or dropped (user level), so every kept event changes one key's input at one step.
+    Invalid events of listed keys follow ``invalid`` ("zero": dropped, "clamp": value clamped to
+    [0, m], "stop": the query stops, which is not private).
+
+    The keys are cut into shards of ``keys_per_shard`` consecutive keys of the list; the clock's
+    rows are cross-joined with the shards so that every shard is invoked at every tick, and
     ``groupBy(shard).applyInPandasWithState`` releases a shard's keys in one vectorised pass and
-    keeps their counter state in Spark's state store: the steps released, and per key the running
-    total and the pending late input (the state also holds a digest of the shard's keys: a query
-    restarted with another key list or shard size is refused). An executor keeps the counters of
-    the shards it released last (``_shard_counters``), so a step's noise comes from pages drawn
-    before, not drawn again per micro-batch; the values are the same either way. ``generator`` is required
-    and must be the same at every restart of the query (``NoiseGenerator.from_key_file``): a fresh
-    key after a restart would release the later steps under new noise, a second release of the
-    same data. The noise of (key, step) is
-    a pure function of the generator and the key, so a micro-batch replayed after a crash
-    releases exactly what it released before; with a replayable source and an idempotent sink
-    (Spark's file sink) no step is released twice or missed. A step is complete when its first
-    micro-batch arrives: events of an already released step, arriving later, are counted at the
-    next step released (they still change one key's input at one step, so the privacy argument is
-    unchanged). Values outside [0, m] stop the query with an ``InvalidInputError``.
+    keeps their state in Spark's state store: the steps released, per key the running total, the
+    late input, and the input of steps ahead of the clock (the state also holds a digest of the
+    shard's keys: a query restarted with another key list or shard size is refused). The noise of
+    (key, step) is a pure function of the generator and the key, so a micro-batch replayed after
+    a crash releases exactly what it released before; with a replayable source and an idempotent
+    sink (Spark's file sink) no step is released twice or missed.
+
+    ``generator`` must be the same at every restart of the query: a key file
+    (``NoiseGenerator.from_key_file``), bound in the lineage registry to this query (``query``,
+    default the stream's name; give the checkpoint location) so that no other query can use it.
 
     User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
-    a first stateful stage, ``groupBy(user).transformWithStateInPandas`` (Spark allows one
-    ``applyInPandasWithState`` per query; this one needs the RocksDB state store, and the call
-    stops with an ``InvalidInputError`` naming the setting without it), bounds each user's
-    contributions with the user's bounds state (``ContributionBounder.user_record``: at most K
-    entries) in the state store, admitting the micro-batch's events of the user in the order
-    (step, key, value), the local engine's order; a user's event at a step before its last kept
-    step for that key is dropped. At this level an event of a step already released is dropped
-    too, not moved to the next step, so every kept event lands on its own step and the
-    sensitivity K·m·(sum of the C largest column norms) holds as proven (docs/privacy.md)."""
+    a first stateful stage, ``groupBy(user).transformWithStateInPandas`` (this needs the RocksDB
+    state store, and the call stops with an ``InvalidInputError`` naming the setting without it),
+    bounds each user's contributions with the user's bounds state in the state store, admitting
+    the micro-batch's events of the user in the order (step, key, value), the local engine's
+    order; a user's event at a step before its last kept step for that key is dropped."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     keys = check_keys(keys)
-    if generator is None:
+    if not isinstance(generator, NoiseGenerator):
         raise InvalidInputError(
             "a streaming query needs a generator that survives restarts: "
             "generator=NoiseGenerator.from_key_file(path), one key file per query, kept beside its checkpoint"
         )
-    for flag, name in (
-        ("key_column", key_column),
-        ("step_column", step_column),
-        ("value_column", value_column),
-        ("user_column", user_column),
-    ):
-        if name is not None and name not in events.columns:
-            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
-    if privacy_unit == "user" and user_column is None:
-        raise InvalidInputError("user-level privacy needs user_column")
-    if user_column is not None and privacy_unit != "user":
-        raise InvalidInputError("user_column is for privacy_unit='user'")
+    _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
+    _check_unit(privacy_unit, user_column)
+    if "step" not in clock.columns:
+        raise InvalidInputError(f"the clock needs a column 'step' ({', '.join(clock.columns)})")
+    if invalid not in ("zero", "clamp", "stop"):
+        raise InvalidInputError(f"invalid must be zero, clamp or stop on a stream, got {invalid!r}")
     settings = _run_settings(
         generator=generator,
-        lineage=lineage,
+        lineage=_query_lineage(generator, query),
         beta=beta,
         epsilon=epsilon,
         horizon=horizon,
@@ -282,17 +352,22 @@ def private_running_counts_stream(
         max_keys=max_keys,
         max_per_key=max_per_key,
     )
+    settings["invalid"] = invalid
     spark = events.sparkSession
     shards = _shards(keys, keys_per_shard)
-    value = F.col(value_column).cast("long") if value_column is not None else F.lit(1).cast("long")
-    columns = [F.col(key_column).cast("string").alias("key"), F.col(step_column).cast("long").alias("step"), value.alias("value")]
-    if user_column is not None:
-        columns.append(F.col(user_column).cast("string").alias("user"))
-    table = events.select(*columns)
     key_table = _key_table(spark, shards)
+    table = _scheduled(
+        events,
+        key_table,
+        key_column=key_column,
+        step_column=step_column,
+        value_column=value_column,
+        user_column=user_column,
+        through=horizon,
+    )
+    table = _stream_policy(table, invalid=invalid, max_value=max_value)
     shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
-    ticks = table.select("step").dropDuplicates(["step"]).crossJoin(F.broadcast(shard_table))
-    known = table.join(F.broadcast(key_table.select("key")), on="key", how="inner")
+    ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
     if privacy_unit == "user":
         provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass", "")
         if "RocksDB" not in provider:
@@ -301,14 +376,16 @@ def private_running_counts_stream(
                 "state store: set spark.sql.streaming.stateStore.providerClass to "
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
             )
-        known = known.groupBy("user").transformWithStateInPandas(
+        table = table.groupBy("user").transformWithStateInPandas(
             statefulProcessor=_user_bounds(settings=settings, keys=keys),
             outputStructType="key string, step long, value long",
             outputMode="Append",
             timeMode="None",
         )
-    rows = known.select("key", "step", "value").join(F.broadcast(key_table), on="key", how="inner")
-    ticks = ticks.select(F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), "shard")
+    rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(F.broadcast(key_table), on="key", how="inner")
+    ticks = ticks.select(
+        F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), F.lit(True).alias("tick"), "shard"
+    )
     return (
         rows.unionByName(ticks)
         .groupBy("shard")
@@ -320,6 +397,34 @@ def private_running_counts_stream(
             GroupStateTimeout.NoTimeout,
         )
     )
+
+
+def _stream_policy(table, *, invalid: str, max_value: int):
+    """A stream's invalid events of the schedule: dropped ("zero"), clamped, or passed on to stop
+    the query on the executor ("stop")."""
+
+    if invalid == "stop":
+        return table
+    return _apply_policy(table, invalid=invalid if invalid == "clamp" else "zero", max_value=max_value)
+
+
+def _query_lineage(generator: NoiseGenerator, query: str | None) -> str | None:
+    """The lineage of a streaming query: bound in the registry to its key and ``query`` (a second
+    query on the same key file is refused), the same at every restart of the query."""
+    if generator.seeded:
+        return None
+    from pure_dp_mf.engines import registry
+
+    name = query or "spark-stream"
+    lineage = hashlib.sha256(registry.generator_tag(generator.key).encode() + b"\x00" + name.encode()).hexdigest()[:32]
+    connection = registry.connect()
+    try:
+        with connection:
+            connection.execute("BEGIN IMMEDIATE")
+            registry.claim_generator(connection, key=generator.key, lineage=lineage, what=f"Spark streaming query {name}")
+    finally:
+        connection.close()
+    return lineage
 
 
 def _user_bounds_processor():
@@ -373,51 +478,72 @@ def _user_bounds(*, settings: dict, keys: Sequence[str]):
 
 
 def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict):
-    """One shard in one micro-batch: release its keys' new steps (rows without a key only give
-    the shard its group). The state is (digest of the shard's keys, steps released, running
-    totals, pending late inputs)."""
+    """One shard in one micro-batch: release its keys' steps up to the clock (the largest tick of
+    the batch, capped at the horizon). The state is (digest of the shard's keys, steps released,
+    running totals, late inputs, inputs of steps ahead of the clock as {step: per-key list})."""
     import pandas as pd
 
     shard_keys = shards[int(shard[0])]
     counters = _shard_counters(shard_keys, settings)
     digest = counters._keys_sha256
     if state.exists:
-        keys_sha256, released, totals, pending = state.get
+        keys_sha256, released, totals, pending, ahead = state.get
         if keys_sha256 != digest:
             raise InvalidInputError("the key list or keys_per_shard differs from the one this checkpoint was started with")
         totals, pending = np.asarray(json.loads(totals), dtype=np.int64), np.asarray(json.loads(pending), dtype=np.int64)
+        ahead = {int(step): np.asarray(values, dtype=np.int64) for step, values in json.loads(ahead).items()}
     else:
         released, totals, pending = 0, np.zeros(len(shard_keys), dtype=np.int64), np.zeros(len(shard_keys), dtype=np.int64)
+        ahead = {}
     data = pd.concat(list(frames), ignore_index=True)
-    steps, values = data["step"].to_numpy(dtype=np.int64), data["value"].to_numpy(dtype=np.int64)
     horizon, max_value = settings["horizon"], settings["max_value"]
-    if len(values) and (values.min() < 0 or values.max() > max_value):
-        raise InvalidInputError(f"a value is outside [0, {max_value}]")
-    if len(steps) and (steps.min() < 1 or steps.max() > horizon):
-        raise InvalidInputError(f"a step is outside [1, {horizon}]")
-    events = data["key"].notna().to_numpy()
-    rows = data["key"][events].map(counters.index).to_numpy(dtype=np.int64)
-    steps, values = steps[events], values[events]
-    top = max(int(data["step"].max()) if len(data) else 0, released)
+    ticks = data["tick"].to_numpy(dtype=bool)
+    clock = min(int(data["step"][ticks].max()) if ticks.any() else 0, horizon)
+    events = data[~ticks]
+    values = events["value"].to_numpy(dtype=np.int64)
+    if len(values) and (values.min() < 0 or values.max() > max_value or events["step"].isna().any()):
+        raise InvalidInputError(
+            f"an event has a step that is not an integer or a value outside [0, {max_value}] (invalid='stop')"
+        )
+    rows = events["key"].map(counters.index).to_numpy(dtype=np.int64)
+    steps = events["step"].to_numpy(dtype=np.int64)
     late = steps <= released
     if settings["privacy_unit"] == "event":  # a late event moves to the next step released
         np.add.at(pending, rows[late], values[late])
-    if top <= released:
-        state.update((digest, int(released), json.dumps(totals.tolist()), json.dumps(pending.tolist())))
+    for step in np.unique(steps[~late]).tolist():
+        mine = (steps == step) & ~late
+        entry = ahead.setdefault(int(step), np.zeros(len(shard_keys), dtype=np.int64))
+        np.add.at(entry, rows[mine], values[mine])
+    if clock <= released:
+        state.update(_stream_state(digest, released, totals, pending, ahead))
         return
-    increments = np.zeros((len(shard_keys), top - released), dtype=np.int64)
-    np.add.at(increments, (rows[~late], steps[~late] - released - 1), values[~late])
+    increments = np.zeros((len(shard_keys), clock - released), dtype=np.int64)
+    for step in [step for step in ahead if step <= clock]:
+        increments[:, step - released - 1] += ahead.pop(step)
     increments[:, 0] += pending
     frame = _shard_frame(counters, increments, totals=totals, start=released, settings=settings)
-    state.update((digest, top, json.dumps((totals + increments.sum(axis=1)).tolist()), json.dumps([0] * len(shard_keys))))
+    state.update(_stream_state(digest, clock, totals + increments.sum(axis=1), np.zeros(len(shard_keys), dtype=np.int64), ahead))
     yield frame
 
 
-def _run_settings(*, generator: NoiseGenerator, lineage: str | None, beta: float, **mechanism) -> dict:
+def _stream_state(digest: str, released: int, totals: np.ndarray, pending: np.ndarray, ahead: dict) -> tuple:
+    return (
+        digest,
+        int(released),
+        json.dumps(totals.tolist()),
+        json.dumps(pending.tolist()),
+        json.dumps({str(step): values.tolist() for step, values in sorted(ahead.items())}),
+    )
+
+
+def _run_settings(*, generator: NoiseGenerator, beta: float, lineage: str | None = None, **mechanism) -> dict:
     """The picklable settings every executor rebuilds a key's counter from: the driver's
     ``KeyedCounters`` checks them once and fixes the base file and the run's lineage (every
-    key's counter shares the run's generator and lineage)."""
-    template = KeyedCounters(keys=["template"], rng=generator, lineage=lineage, **mechanism)
+    key's counter shares the run's generator and lineage: a fresh one per run, or the lineage
+    of the query's key file, ``_query_lineage``)."""
+    if generator.seeded:
+        _warn_seeded()
+    template = KeyedCounters(keys=["template"], rng=generator, _lineage=lineage, **mechanism)
     return {
         **mechanism,
         "base": template.base_file,
@@ -441,12 +567,100 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
     tag = (run, tuple(shard_keys))
     counters = _SHARD_COUNTERS.get(tag)
     if counters is None:
-        mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage")}
+        mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage", "invalid")}
         counters = KeyedCounters(
-            keys=shard_keys, rng=NoiseGenerator.from_record(settings["generator"]), lineage=settings["lineage"], **mechanism
+            keys=shard_keys, rng=NoiseGenerator.from_record(settings["generator"]), _lineage=settings["lineage"], **mechanism
         )
         _SHARD_COUNTERS[tag] = counters
         while len(_SHARD_COUNTERS) > _SHARD_CACHE_SIZE:
             _SHARD_COUNTERS.popitem(last=False)
     _SHARD_COUNTERS.move_to_end(tag)
     return counters
+
+
+def _warn_seeded() -> None:
+    """A seeded generator warns through ``warnings`` and the Spark driver's log."""
+    message = "seeded noise (NoiseGenerator.from_seed): not private, for tests and research only"
+    warnings.warn(message, stacklevel=3)
+    LOG.warning(message)
+
+
+def local_session(app_name: str = "pure-dp-mf"):
+    """A SparkSession on ``PURE_DP_MF_SPARK_MASTER`` (default local[2]) whose Python workers run
+    this interpreter (``PYSPARK_PYTHON``, so that they find this package); a missing PySpark or
+    Java is one ``InvalidInputError``."""
+    import os
+    import shutil
+    import sys
+
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise InvalidInputError(
+            "--engine spark needs PySpark: pip install 'pure-dp-mf[spark]' (from a checkout: pip install '.[spark]')"
+        ) from None
+    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+        raise InvalidInputError("--engine spark needs Java 17 (java on the PATH or JAVA_HOME set)")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    return SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]")).appName(app_name).getOrCreate()
+
+
+def count_file_on_spark(
+    *,
+    input_file,
+    keys: list[str],
+    columns: dict,
+    options: dict,
+    rng: NoiseGenerator | None,
+    output,
+    output_format: str,
+    beta: float,
+    through: int,
+) -> None:
+    """``count --engine spark``: the releases of ``private_running_counts`` for a CSV file,
+    written in step order, keys in list order, as the local engine writes them (csv: the column
+    names first, the metadata in ``OUT.meta.json``; jsonl: a header record first)."""
+    import sys
+
+    from pure_dp_mf.engines.io import write_sidecar
+    from pure_dp_mf.engines.keyed_io import COLUMNS, csv_field
+
+    if input_file is None:
+        raise InvalidInputError("--engine spark reads the events from a file: give the input file")
+    session = local_session("pure-dp-mf count")
+    generator = rng if rng is not None else NoiseGenerator.secure()
+    frame = session.read.csv(str(input_file), header=True)
+    released = private_running_counts(
+        frame, keys=keys, generator=generator, beta=beta, through=through, **columns, **options
+    ).toPandas()
+    order = {key: i for i, key in enumerate(keys)}
+    released = released.assign(order=released["key"].map(order)).sort_values(["step", "order"])
+    mechanism = {name: value for name, value in options.items()}
+    template = KeyedCounters(
+        keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **mechanism
+    )
+    summary = {
+        **template.summary(),
+        "keys": len(keys),
+        "beta": beta,
+        "through": through,
+        "engine": "spark",
+        "seeded": generator.seeded,
+    }
+    sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
+    try:
+        if output_format == "csv":
+            if output is not None:
+                write_sidecar(output, summary)
+            sink.write(",".join(COLUMNS) + "\n")
+            for row in released.itertuples(index=False):
+                sink.write(f"{csv_field(row.key)},{row.step},{row.count},{row.std:.6g},{row.lower},{row.upper}\n")
+        else:
+            sink.write(json.dumps({"header": summary}, ensure_ascii=False, sort_keys=True) + "\n")
+            for row in released.itertuples(index=False):
+                record = {"key": row.key, "step": int(row.step), "count": int(row.count), "std": float(f"{row.std:.6g}")}
+                sink.write(json.dumps({**record, "lower": int(row.lower), "upper": int(row.upper)}) + "\n")
+    finally:
+        if output is not None:
+            sink.close()

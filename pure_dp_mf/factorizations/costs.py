@@ -20,15 +20,14 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse
 
 from pure_dp_mf.certificates.exact import GRID_BITS, column_abs_sums
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import check_epsilon
+from pure_dp_mf.validation import check_epsilon, issparse
 
 
-def _absolute(matrix) -> np.ndarray | scipy.sparse.sparray:
-    if scipy.sparse.issparse(matrix):
+def _absolute(matrix):
+    if issparse(matrix):
         return abs(matrix.tocsr().astype(np.float64))
     array = np.asarray(matrix, dtype=np.float64)
     if array.ndim != 2:
@@ -148,7 +147,7 @@ def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> Factorizat
 
 
 def _rational_rows(matrix) -> list[list[Fraction]]:
-    if scipy.sparse.issparse(matrix):
+    if issparse(matrix):
         matrix = matrix.toarray()
     array = np.asarray(matrix, dtype=object)
     if array.ndim != 2:
@@ -179,7 +178,7 @@ def column_abs_sums_exact(matrix) -> list[Fraction]:
     float64 is a dyadic rational and is converted exactly); dense or scipy.sparse.
 
     Fast path: float64 entries on the grid 2^-GRID_BITS are summed as integers (``exact``)."""
-    if scipy.sparse.issparse(matrix):
+    if issparse(matrix):
         matrix = matrix.toarray()
     array = np.asarray(matrix)
     if array.ndim != 2:

@@ -23,22 +23,21 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
-import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse
 
 import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_bytes
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
-from pure_dp_mf.factorizations.matrix_files import file_sha256, read_matrix
+from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES, declared_npz, file_sha256, npz_members, read_matrix
+from pure_dp_mf.validation import issparse, parse_json
 
 __all__ = ["DEFAULT_TOLERANCE", "FORMAT", "METRICS", "Factorization", "array_sha256", "decoder_from_encoder", "file_sha256"]
 
@@ -54,7 +53,9 @@ def array_sha256(array: np.ndarray) -> str:
 
 def _as_matrix(matrix: Any, *, name: str):
     """Dense float32/float64 array or CSR matrix, finite, 2-D; the first problem named."""
-    if scipy.sparse.issparse(matrix):
+    if issparse(matrix):
+        import scipy.sparse
+
         matrix = scipy.sparse.csr_matrix(matrix, dtype=np.float64)
         values = matrix.data
     else:
@@ -77,17 +78,21 @@ def _as_matrix(matrix: Any, *, name: str):
 
 
 def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
-    """L = T_n·R⁻¹ in float64 (R square and invertible), by an LU solve of Rᵀ·Lᵀ = T_nᵀ."""
+    """L = T_n·R⁻¹ in float64 (R square and invertible), by an LU solve (LAPACK gesv, partial
+    pivoting) of Rᵀ·Lᵀ = T_nᵀ. A float approximation: what is proven about L is proven from R."""
     encoder = np.asarray(encoder, dtype=np.float64)
     n = encoder.shape[1]
     if encoder.shape[0] != n:
         raise InvalidInputError(f"the decoder can only be recomputed for a square encoder, got shape {encoder.shape}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
-        lu = scipy.linalg.lu_factor(encoder.T, check_finite=True)
-    if np.any(np.diag(lu[0]) == 0):
+    if not np.all(np.isfinite(encoder)):
+        raise InvalidInputError("the encoder holds NaN or infinity")
+    try:
+        decoder = np.linalg.solve(encoder.T, np.tri(n).T).T
+    except np.linalg.LinAlgError:
+        raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist") from None
+    if not np.all(np.isfinite(decoder)):
         raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
-    return scipy.linalg.lu_solve(lu, np.tri(n).T).T
+    return decoder
 
 
 @dataclass
@@ -133,14 +138,14 @@ class Factorization:
         """(L, R) as dense float64 arrays."""
 
         def densify(matrix):
-            return matrix.toarray() if scipy.sparse.issparse(matrix) else np.asarray(matrix, dtype=np.float64)
+            return matrix.toarray() if issparse(matrix) else np.asarray(matrix, dtype=np.float64)
 
         return densify(self.decoder), densify(self.encoder)
 
     def residual(self) -> float:
         """‖L·R − T_n‖_max in float64."""
         product = self.decoder @ self.encoder
-        if scipy.sparse.issparse(product):
+        if issparse(product):
             product = product.toarray()
         return float(np.max(np.abs(np.asarray(product, dtype=np.float64) - np.tri(self.n))))
 
@@ -165,7 +170,7 @@ class Factorization:
         if not path.parent.exists():
             raise FactorizationFileError(f"cannot write {path}: folder {path.parent} does not exist")
         decoder, encoder = self.decoder, self.encoder
-        if scipy.sparse.issparse(decoder) or scipy.sparse.issparse(encoder):
+        if issparse(decoder) or issparse(encoder):
             decoder, encoder = self.dense()
         arrays = {"encoder": np.ascontiguousarray(encoder)}
         if store_decoder:
@@ -231,6 +236,7 @@ class Factorization:
             raise InvalidInputError(
                 f"{path} is a pure_dp_mf factorization file; --array, --decoder and --integer-grid-bits apply to published matrices"
             )
+        _check_declared_members(path)  # every member's shape and dtype, from its header, before any is read
         try:
             with np.load(path, allow_pickle=False) as archive:
                 contents = {name: archive[name] for name in archive.files}
@@ -240,8 +246,11 @@ class Factorization:
             if required not in contents:
                 raise FactorizationFileError(f"{path}: missing array {required!r} (found {sorted(contents)})")
         try:
-            metadata = json.loads(contents.pop("metadata").astype(np.uint8).tobytes().decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
+            text = contents.pop("metadata").astype(np.uint8).tobytes().decode("utf-8")
+            metadata = parse_json(text, what="metadata")
+        except UnicodeDecodeError as error:
+            raise FactorizationFileError(f"{path}: metadata is not valid JSON ({error})") from None
+        except InvalidInputError as error:
             raise FactorizationFileError(f"{path}: metadata is not valid JSON ({error})") from None
         if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
             raise FactorizationFileError(f"{path}: metadata does not declare format {FORMAT!r}")
@@ -317,6 +326,32 @@ class Factorization:
         if not np.all(np.isfinite(factorization.dense()[0])):
             raise InvalidInputError(f"{path}: the encoder is singular (T_k·R⁻¹ is not finite)")
         return factorization
+
+
+MAX_METADATA_BYTES = 1 << 24
+"""Largest metadata record of a factorization file (16 MiB of JSON)."""
+MAX_MEMBERS = 16
+"""Most arrays in a factorization file of this library's format (it writes 2 or 3)."""
+
+
+def _check_declared_members(path: Path) -> None:
+    """Refuse a factorization file whose members declare (in their ``.npy`` headers) too many
+    entries, a dtype that is not numeric, or a metadata record above ``MAX_METADATA_BYTES``,
+    before any member is read (``matrix_files.declared_npz``)."""
+    try:
+        names = sorted({name.removesuffix(".npy") for name in npz_members(path)})
+        if len(names) > MAX_MEMBERS:
+            raise InvalidInputError(f"{path}: {len(names)} arrays; a factorization file holds at most {MAX_MEMBERS}")
+        declared = declared_npz(path, names)
+    except InvalidInputError as error:
+        raise FactorizationFileError(str(error)) from None
+    total = sum(math.prod(shape) for name, (shape, _) in declared.items() if name != "metadata")
+    if total > 2 * MAX_ENTRIES:
+        raise FactorizationFileError(f"{path}: its arrays hold {total} entries, above the limit of {2 * MAX_ENTRIES}")
+    if "metadata" in declared:
+        shape, dtype = declared["metadata"]
+        if math.prod(shape) * dtype.itemsize > MAX_METADATA_BYTES:
+            raise FactorizationFileError(f"{path}: the metadata record is larger than the limit of {MAX_METADATA_BYTES} bytes")
 
 
 def _is_library_file(path: Path) -> bool:

@@ -42,7 +42,7 @@ from pure_dp_mf.gaussian.fft import FFTMechanism, FFTOptimalDecoderMechanism
 from pure_dp_mf.gaussian.honaker import HonakerMechanism
 from pure_dp_mf.gaussian.optimize import optimize
 from pure_dp_mf.gaussian.participation import Participation, participation_schema
-from pure_dp_mf.gaussian.stamping import DenseMechanism, Loss, Mechanism, best_stamps, evaluate
+from pure_dp_mf.gaussian.stamping import DenseMechanism, GaussianMechanism, Loss, best_stamps, evaluate
 from pure_dp_mf.validation import check_size
 
 
@@ -51,7 +51,7 @@ class Row:
     """One line of the table: the best stamped member of a family, its loss and the losses of every s."""
 
     family: str
-    mechanism: Mechanism
+    mechanism: GaussianMechanism
     loss: Loss
     stamps: int
     losses_by_stamps: dict[int, float] = field(default_factory=dict)
@@ -92,11 +92,12 @@ def _optimize(n: int, k: int, b: int) -> DenseMechanism:
 
 
 MAX_BUFFERS = 6
+DENSE_LIMIT = toeplitz.DENSE_LIMIT  # the dense mechanisms (n×n matrices, the optimizer O(n³)) up to this n
 BANDED_LIMIT = 1024  # the column-normalized banded optimizer is O(n²·b) per step: in the table up to this n
 
 
 def _family(
-    name: str, make: Callable[[int], Mechanism], n: int, stamps: Iterable[int], k: int, b: int, participation: str
+    name: str, make: Callable[[int], GaussianMechanism], n: int, stamps: Iterable[int], k: int, b: int, participation: str
 ) -> Row:
     start = time.perf_counter()
     stamps = [s for s in stamps if n % s == 0]
@@ -120,8 +121,13 @@ def compare(
     """All rows of the comparison for prefix sums on n = k·b steps (see the module docstring):
     the dense mechanisms unless ``dense`` is False, the Toeplitz strategies unless
     ``strategies`` is False."""
-    n = check_size(n, name="n")
-    k = check_size(max_participations, name="max_participations")
+    n = check_size(n, name="n", maximum=toeplitz.MAX_STEPS)
+    if dense and n > DENSE_LIMIT:
+        raise InvalidInputError(
+            f"n = {n}: the dense mechanisms (n×n matrices) are compared up to n = {DENSE_LIMIT}; "
+            "beyond it compare the Toeplitz strategies alone (dense=False, --no-dense)"
+        )
+    k = check_size(max_participations, name="max_participations", maximum=n)
     if n % k:
         raise InvalidInputError(f"n = {n} is not a multiple of max_participations = {k}")
     schema = Participation(max_participations=k, min_sep=n // k, n=n)  # checks k ≤ n/b
@@ -129,12 +135,12 @@ def compare(
     stamps = default_stamps(max_participations=k) if stamps is None else sorted(set(stamps))
     say = progress or (lambda message: None)
 
-    def single_epoch(m: int) -> Mechanism:
+    def single_epoch(m: int) -> GaussianMechanism:
 
         result = optimize(workload=prefix_sum(m), max_participations=1, min_sep=m)
         return DenseMechanism(decoder=result.decoder, encoder=result.encoder, name=f"MF(k=1, n={m})")
 
-    families: list[tuple[str, Callable[[int], Mechanism], list[int]]] = [
+    families: list[tuple[str, Callable[[int], GaussianMechanism], list[int]]] = [
         ("FFT", FFTMechanism, stamps),
         ("FFT, optimal decoder", FFTOptimalDecoderMechanism, stamps),
         ("Honaker + completion", lambda m: HonakerMechanism(m, "completion"), stamps),
@@ -165,7 +171,8 @@ def strategy_rows(
     *, n: int, max_participations: int, participation: str = "fixed-epoch", progress: Callable[[str], None] | None = None
 ) -> list[Row]:
     """The Toeplitz strategies' rows, each optimized for the loss ‖B‖_F²·sens² under the schema."""
-    k = check_size(max_participations, name="max_participations")
+    n = check_size(n, name="n", maximum=toeplitz.MAX_STEPS)
+    k = check_size(max_participations, name="max_participations", maximum=n)
     b = n // k
     schema = participation_schema(name=participation, max_participations=k, separation=b, n=n)
     say = progress or (lambda message: None)

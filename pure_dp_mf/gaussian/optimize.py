@@ -91,6 +91,8 @@ CONSTRAINTS = ("nonnegative", "pairs", "full")
 METHODS = ("auto", "dual", "masked-primal")
 DEFAULT_GAP = 1e-3
 DEFAULT_MAX_ITERATIONS = 20_000
+MAX_STEPS = 4096
+"""Largest n of the dense optimizer (n×n matrices, O(n³) per iteration)."""
 MAX_FULL_VECTORS = 4096
 SINGLE_THREAD_BELOW = 256
 LBFGS_MEMORY = 8
@@ -355,6 +357,8 @@ def optimize(
     started = time.perf_counter()
     A = check_workload(workload)
     n = A.shape[0]
+    if n > MAX_STEPS:
+        raise InvalidInputError(f"the dense optimizer takes n up to {MAX_STEPS} (n×n matrices, O(n³) per iteration), got n = {n}")
     k = check_size(max_participations, name="max_participations")
     if min_sep is None:
         if n % k:

@@ -30,7 +30,10 @@ from typing import ClassVar, cast
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import check_size
+from pure_dp_mf.validation import check_entries, check_size
+
+MAX_TABLE_ENTRIES = 1 << 27
+"""Largest table of ``best_separated_sums`` ((n + 1)·(k + 1)·rows floats: 1 GiB)."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,8 @@ def best_separated_sums(values: np.ndarray, *, participations: int, separation: 
     values = np.atleast_2d(np.asarray(values, dtype=np.float64))
     rows, n = values.shape
     k, b = check_size(participations, name="participations"), check_size(separation, name="separation")
+    k = min(k, -(-n // b)) if n else k  # at most ⌈n/b⌉ steps fit: more participations change nothing
+    check_entries((n + 1, k + 1, rows), limit=MAX_TABLE_ENTRIES, what="the min-sep dynamic programme")
     history = np.zeros((n + 1, k + 1, rows))  # history[p, c] = F_c(p)
     for p in range(1, n + 1):
         previous = history[max(p - b, 0), :-1]

@@ -38,7 +38,7 @@ from pure_dp_mf.gaussian.sensitivity import schema_sensitivity_squared
 from pure_dp_mf.validation import check_matrix, check_size
 
 
-class Mechanism(Protocol):
+class GaussianMechanism(Protocol):
     """A Gaussian factorization mechanism: decoder B (n × inner_size), encoder C, noise decoding."""
 
     @property
@@ -100,7 +100,7 @@ class DenseMechanism:
 class StampedMechanism:
     """I_s ⊗ C with the restart-construction decoder from the base decoder (prefix sums)."""
 
-    def __init__(self, base: Mechanism, stamps: int) -> None:
+    def __init__(self, base: GaussianMechanism, stamps: int) -> None:
         self.base = base
         self.stamps = check_size(stamps, name="stamps")
         self.n = self.stamps * base.n
@@ -186,7 +186,7 @@ class Loss:
 
 
 def sensitivity_of(
-    mechanism: Mechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch"
+    mechanism: GaussianMechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch"
 ) -> tuple[float, str]:
     """(sens², method) under the ``participation`` schema ("fixed-epoch": exactly b = ``min_sep``
     apart; "min-sep": at least b apart), k = ``max_participations``. A mechanism with its own
@@ -199,14 +199,14 @@ def sensitivity_of(
     return schema_sensitivity_squared(gram=mechanism.gram(), schema=schema)
 
 
-def evaluate(mechanism: Mechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch") -> Loss:
+def evaluate(mechanism: GaussianMechanism, *, max_participations: int, min_sep: int, participation: str = "fixed-epoch") -> Loss:
     """The loss ‖B‖_F²·sens² of ``mechanism`` under (k,b) participation of the named schema."""
     sens, method = sensitivity_of(mechanism, max_participations=max_participations, min_sep=min_sep, participation=participation)
     return Loss(mechanism.name, mechanism.n, mechanism.decoder_frobenius_squared(), sens, method)
 
 
 def best_stamps(
-    make_base: Callable[[int], Mechanism],
+    make_base: Callable[[int], GaussianMechanism],
     *,
     n: int,
     stamps: Iterable[int],

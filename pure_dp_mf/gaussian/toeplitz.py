@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,11 +56,18 @@ import scipy.signal
 import scipy.special
 
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.matrix_files import declared_npy, declared_npz
 from pure_dp_mf.gaussian.participation import MinSeparation, Participation, participation_schema
 from pure_dp_mf.gaussian.sensitivity import schema_sensitivity_squared
-from pure_dp_mf.validation import check_size
+from pure_dp_mf.validation import check_size, parse_float_text, parse_json, read_bytes_limited
 
 DENSE_LIMIT = 4096  # the dense X = CᵀC (a strategy outside the monotone case) up to this n
+MAX_STEPS = 1 << 22
+"""Largest n of a Toeplitz strategy (4 194 304 steps: its O(n) vectors stay within ~32 MiB each)."""
+MAX_BLT_BUFFERS = 256
+"""Most buffers of a BLT read from a file (its filters cost O(m²) to build; libraries use a few)."""
+MAX_STRATEGY_BYTES = 1 << 28
+"""Largest strategy file read as JSON or text (256 MiB)."""
 ERRORS = ("mean", "max")
 
 
@@ -71,7 +79,7 @@ def _impulse(n: int) -> np.ndarray:
 
 def square_root_coefficients(n: int) -> np.ndarray:
     """r_j = C(2j, j)/4^j, the coefficients of T^{1/2} = (1 − x)^{−1/2} (r_j = r_{j−1}·(2j − 1)/(2j))."""
-    n = check_size(n, name="n")
+    n = check_size(n, name="n", maximum=MAX_STEPS)
     ratios = (2 * np.arange(1, n) - 1) / (2 * np.arange(1, n))
     return np.concatenate([[1.0], np.cumprod(ratios)])
 
@@ -95,7 +103,7 @@ def monotone_sensitivity_squared(coefficients: np.ndarray, *, n: int, participat
 @dataclass
 class ToeplitzStrategy:
     """A lower-triangular Toeplitz encoder C (coefficients c) for the prefix workload; a
-    ``stamping.Mechanism`` (see the module docstring for its errors and sensitivity)."""
+    ``stamping.GaussianMechanism`` (see the module docstring for its errors and sensitivity)."""
 
     coefficients: np.ndarray
     n: int
@@ -105,8 +113,8 @@ class ToeplitzStrategy:
     parameters: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.n = check_size(self.n, name="n")
-        c = np.asarray(self.coefficients, dtype=np.float64).reshape(-1)[: self.n]
+        self.n = check_size(self.n, name="n", maximum=MAX_STEPS)
+        c = _vector(self.coefficients, name="Toeplitz coefficients")[: self.n]
         if c.size == 0 or not np.all(np.isfinite(c)) or c[0] <= 0:
             raise InvalidInputError("Toeplitz coefficients must be finite with c₀ > 0")
         self.coefficients = c
@@ -213,6 +221,26 @@ class ToeplitzStrategy:
             yield w
 
 
+def _vector(values: object, *, name: str) -> np.ndarray:
+    """``values`` as a flat float64 vector of at most ``MAX_STEPS`` numbers, or ``InvalidInputError``
+    (strings, nested or ragged lists, objects)."""
+    size = getattr(values, "size", None)
+    if size is None and isinstance(values, (list, tuple)):
+        size = len(values)
+    if size is not None and size > MAX_STEPS:
+        raise InvalidInputError(f"{name}: {size} values, above the limit of {MAX_STEPS}")
+    if isinstance(values, (str, bytes, dict)) or (isinstance(values, np.ndarray) and values.dtype.kind not in "biuf"):
+        raise InvalidInputError(f"{name} must be numbers")
+    if isinstance(values, (list, tuple)) and not all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values
+    ):
+        raise InvalidInputError(f"{name} must be a flat list of numbers")
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInputError(f"{name} must be numbers") from None
+
+
 def _lower_toeplitz(coefficients: np.ndarray, n: int) -> np.ndarray:
     if n > DENSE_LIMIT:
         raise InvalidInputError(f"a dense {n}×{n} matrix is above the limit {DENSE_LIMIT}")
@@ -233,8 +261,10 @@ class BufferedToeplitz:
     scale: np.ndarray
 
     def __post_init__(self) -> None:
-        theta = np.asarray(self.decay, dtype=np.float64).reshape(-1)
-        omega = np.asarray(self.scale, dtype=np.float64).reshape(-1)
+        theta = _vector(self.decay, name="BLT decay")
+        omega = _vector(self.scale, name="BLT scale")
+        if theta.size > MAX_BLT_BUFFERS:
+            raise InvalidInputError(f"a BLT with {theta.size} buffers; at most {MAX_BLT_BUFFERS} are read")
         if theta.shape != omega.shape or not (np.all(np.isfinite(theta)) and np.all(np.isfinite(omega))):
             raise InvalidInputError("BLT decay and scale must be finite vectors of the same length")
         object.__setattr__(self, "decay", theta)
@@ -337,7 +367,7 @@ def optimize_banded_toeplitz(
     non-increasing (c₀ = 1, ratios ρ_j = c_j/c_{j−1} ∈ [10⁻¹², 1]), for ``error`` under
     ``schema``: started from the truncated square root, L-BFGS-B on the exact gradient
     (``_loss_and_gradient``, chained through c_j = Π_{i≤j} ρ_i)."""
-    n, bands, error = check_size(n, name="n"), check_size(bands, name="bands"), _check_error(error)
+    n, bands, error = check_size(n, name="n", maximum=MAX_STEPS), check_size(bands, name="bands"), _check_error(error)
     bands = min(bands, n)
     start = time.perf_counter()
     k, b = schema.max_participations, schema.separation
@@ -383,7 +413,8 @@ def optimize_blt(
     ω ≥ 0 with Σω ≤ 1 (so c is non-negative and non-increasing and the sensitivity is exact):
     θ = sigmoid(a), ω = sigmoid(t)·softmax(s) (2m + 1 unconstrained parameters), L-BFGS-B with
     finite-difference gradients, started from θ spread geometrically over [1/2, 1 − 1/n]."""
-    n, buffers, error = check_size(n, name="n"), check_size(buffers, name="buffers"), _check_error(error)
+    n, error = check_size(n, name="n", maximum=MAX_STEPS), _check_error(error)
+    buffers = check_size(buffers, name="buffers", maximum=MAX_BLT_BUFFERS)
     start = time.perf_counter()
 
     def unpack(x: np.ndarray) -> BufferedToeplitz:
@@ -409,7 +440,7 @@ def optimize_blt(
 def bisr(*, n: int, bands: int) -> ToeplitzStrategy:
     """Banded inverse square root: C⁻¹ has the first p coefficients of (1 − x)^{1/2} (Kalinin et
     al., arXiv 2505.12128), C its inverse; the noise C⁻¹z is a p-tap filter."""
-    n, bands = check_size(n, name="n"), check_size(bands, name="bands")
+    n, bands = check_size(n, name="n", maximum=MAX_STEPS), check_size(bands, name="bands")
     bands = min(bands, n)
     j = np.arange(1, bands)
     inverse = np.concatenate([[1.0], np.cumprod((2 * j - 3) / (2 * j))])  # (1 − x)^{1/2}: 1, −1/2, −1/8, …
@@ -426,6 +457,7 @@ def best_bisr(
 ) -> StrategyFit:
     """BISR at its best number of bands among ``bands`` (default powers of two up to n)."""
     start = time.perf_counter()
+    n = check_size(n, name="n", maximum=MAX_STEPS)
     candidates = bands or [2**i for i in range(0, int(math.log2(n)) + 1)]
     fits = [(lambda s: (s, _objective(s, schema, error)))(bisr(n=n, bands=p)) for p in candidates]
     strategy, loss = min(fits, key=lambda fit: fit[1])
@@ -444,42 +476,51 @@ def read_strategy(path: str | os.PathLike, *, n: int) -> ToeplitzStrategy:
     Raises:
         InvalidInputError: an unreadable file, no coefficients, NaN/Inf, or c₀ ≤ 0.
     """
-    import json
-
     path = Path(path)
-    n = check_size(n, name="n")
+    n = check_size(n, name="n", maximum=MAX_STEPS)
     if not path.is_file():
         raise InvalidInputError(f"{path}: no such file")
     record: dict = {}
     try:
         if path.suffix == ".json":
-            record = json.loads(path.read_text(encoding="utf-8"))
+            data = read_bytes_limited(path, limit=MAX_STRATEGY_BYTES, what=str(path))
+            record = parse_json(data.decode("utf-8"), what=f"{path}: the strategy")  # type: ignore[assignment]
             if isinstance(record, list):
                 record = {"coefficients": record}
         elif path.suffix == ".npz":
+            declared_npz(path, what="strategy array")  # shapes and dtypes from the headers, before reading
             with np.load(path, allow_pickle=False) as archive:
                 record = {name: archive[name] for name in archive.files}
             if len(record) == 1:
                 record = {"coefficients": next(iter(record.values()))}
         elif path.suffix == ".npy":
+            declared_npy(path, what="strategy array")
             record = {"coefficients": np.load(path, allow_pickle=False)}
         else:
-            text = path.read_text(encoding="utf-8").replace(",", " ")
-            record = {"coefficients": np.array([float(token) for token in text.split()])}
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise InvalidInputError(f"{path}: cannot read a strategy ({error})") from None
+            data = read_bytes_limited(path, limit=MAX_STRATEGY_BYTES, what=str(path))
+            tokens = data.decode("utf-8").replace(",", " ").split()
+            record = {"coefficients": np.array([parse_float_text(token, what=str(path)) for token in tokens])}
+    except InvalidInputError:
+        raise
+    except (OSError, ValueError, EOFError, UnicodeDecodeError, zipfile.BadZipFile) as error:
+        raise InvalidInputError(f"{path}: cannot read a strategy ({type(error).__name__}: {str(error)[:200]})") from None
     if not isinstance(record, dict):
         raise InvalidInputError(f"{path}: expected coefficients or BLT parameters")
     decay = record.get("buf_decay", record.get("decay"))
     scale = record.get("output_scale", record.get("scale"))
     if decay is not None and scale is not None:
-        blt = BufferedToeplitz(decay=np.asarray(decay, dtype=np.float64), scale=np.asarray(scale, dtype=np.float64))
+        blt = BufferedToeplitz(
+            decay=_vector(decay, name=f"{path}: buf_decay"), scale=_vector(scale, name=f"{path}: output_scale")
+        )
         return blt.strategy(n, name=f"BLT from {path.name} ({len(blt.decay)} buffers)")
     if "coefficients" not in record:
         raise InvalidInputError(f"{path}: no coefficients (or buf_decay and output_scale) found")
+    raw = record["coefficients"]
+    if isinstance(raw, np.ndarray) and raw.ndim != 1:
+        raise InvalidInputError(f"{path}: expected a vector of Toeplitz coefficients, got shape {raw.shape}")
     try:
-        coefficients = np.asarray(record["coefficients"], dtype=np.float64)
-    except (TypeError, ValueError):
+        coefficients = _vector(raw, name=f"{path}: the coefficients")
+    except InvalidInputError:
         raise InvalidInputError(f"{path}: the coefficients are not numbers") from None
     if coefficients.ndim != 1 or coefficients.size == 0:
         raise InvalidInputError(f"{path}: expected a vector of Toeplitz coefficients, got shape {coefficients.shape}")

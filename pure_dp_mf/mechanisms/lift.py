@@ -36,7 +36,6 @@ from fractions import Fraction
 from typing import Any, TypeAlias
 
 import numpy as np
-import scipy.sparse
 
 from pure_dp_mf.errors import InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorizations.costs import (
@@ -227,6 +226,8 @@ def _diamond_matrices(A, B, C, D, a, *, kind: str):
 
 
 def _assemble(shape, blocks, *, kind: str):
+    import scipy.sparse
+
     if kind == "sparse":
         rows, columns, values = [], [], []
         for row, column, block in blocks:
@@ -412,10 +413,11 @@ class _Profile:
             return self.suffix_sum[m], self.suffix_max[m]
         return self._walk(level, m, from_end=True)
 
-    def sequence(self, level: int, m: int) -> np.ndarray:
+    def sequence(self, level: int, m: int, *, scale: Number | None = None) -> np.ndarray:
         """The first m entries of the level's sequence (ρ or γ), float64, built by the same
         segment layout as the queries (head, then per group g the group segments + w_g, tail):
-        O(m + N_{level−1}) work, the top level cut after m entries."""
+        O(m + N_{level−1}) work, the top level cut after m entries; ``scale`` replaces the coarse
+        scale of the top level."""
         if not 1 <= level <= len(self.sizes) or not 0 <= m <= self.sizes[level - 1]:
             raise InvalidInputError(
                 f"{m} entries at level {level} exceed the lift (size {self.sizes[min(level, len(self.sizes)) - 1]})"
@@ -424,13 +426,13 @@ class _Profile:
         for i in range(1, level):
             top = i == level - 1
             pieces = {"F": current, "R": current[::-1], "Z": np.zeros(1)}
-            scale = float(self.scales[i - 1])
+            weight_scale = float(scale if (top and scale is not None) else self.scales[i - 1])
             parts = [pieces[kind] for kind in self.head]
             length = sum(len(part) for part in parts)
             for g in range(self.k):
                 if top and length >= m:
                     break
-                parts += [pieces[kind] + scale * float(self.values[g]) for kind in self.group]
+                parts += [pieces[kind] + weight_scale * float(self.values[g]) for kind in self.group]
                 length += 2 * len(current) + 1
             if not (top and length >= m):
                 parts += [pieces[kind] for kind in self.tail]
@@ -572,7 +574,7 @@ class LiftPlan:
     truncated_max_row_norm_squared: float
     truncated_frobenius_squared: float
     sensitivity: float
-    sensitivity_exact: Fraction
+    sensitivity_exact: Fraction | None  # None when planned with exact_sensitivity=False (ranking only)
     costs: FactorizationCosts
     untruncated_costs: FactorizationCosts
     asymptotic_constant: float
@@ -617,21 +619,43 @@ class LiftedFamily:
     """
 
     def __init__(self, *, base: Operand, metric: str, tolerance: float = DEFAULT_TOLERANCE):
-        self.metric = _check_metric(metric)
-        decoder, encoder, self.exact = _matrices(base, name="base")
-        self.k = check_factorizes(base, name="base", tolerance=tolerance)
-        self.base_inner_size = decoder.shape[1]
+        decoder, encoder, exact = _matrices(base, name="base")
+        k = check_factorizes(base, name="base", tolerance=tolerance)
         # the columns are also tracked exactly for a float base (its entries are dyadic rationals):
         # the sensitivity sets the privacy of the noise, so it is reported exactly in every plan
-        exact_columns = column_abs_sums_exact(encoder)
         row_values: list[Number]
-        if self.exact:
+        if exact:
             row_values = [sum((Fraction(x) ** 2 for x in row), Fraction(0)) for row in decoder]
         else:
             row_values = [float(x) for x in row_norms_squared(decoder)]
-        self.rows = _Profile(values=row_values, rows=True)
-        self.columns = _Profile(values=exact_columns if self.exact else [float(x) for x in exact_columns], rows=False)
-        self.exact_columns = self.columns if self.exact else _Profile(values=exact_columns, rows=False)
+        self._setup(
+            metric=metric, k=k, inner_size=decoder.shape[1], exact=exact, rows=row_values, columns=column_abs_sums_exact(encoder)
+        )
+
+    @classmethod
+    def from_profile(
+        cls, *, metric: str, inner_size: int, row_norms_squared: Sequence[float], column_sums: Sequence[Fraction]
+    ) -> LiftedFamily:
+        """The family of a float base known by its profile alone: the squared row norms of its
+        decoder (floats: they rank, they do not prove) and the exact column ℓ1 norms of its
+        encoder (they set the sensitivity). The planner builds every shipped base's family this
+        way, from ``certificates/profiles.json``, without loading or solving a matrix."""
+        family = cls.__new__(cls)
+        rows = [float(v) for v in row_norms_squared]
+        if len(rows) != len(column_sums) or not rows:
+            raise InvalidInputError("a base profile needs as many row norms as column sums (k of each)")
+        family._setup(
+            metric=metric, k=len(rows), inner_size=inner_size, exact=False, rows=rows, columns=[Fraction(c) for c in column_sums]
+        )
+        return family
+
+    def _setup(self, *, metric: str, k: int, inner_size: int, exact: bool, rows: list, columns: list[Fraction]) -> None:
+        self.metric = _check_metric(metric)
+        self.exact, self.k, self.base_inner_size = exact, k, inner_size
+        self.rows = _Profile(values=rows, rows=True)
+        self.columns = _Profile(values=columns if self.exact else [float(x) for x in columns], rows=False)
+        self._column_values: list = columns
+        self._exact_profile: _Profile | None = None
         self.base_norms = self._norms(1)
         self.alphas_exact: list[Fraction] = []
         self.inner_sizes = [self.base_inner_size]
@@ -653,9 +677,20 @@ class LiftedFamily:
             row_scale, column_scale = self._scaled(alpha)
             self.rows.add_level(row_scale)
             self.columns.add_level(column_scale)
-            if not self.exact:
-                self.exact_columns.add_level(1 / alpha)
             self.inner_sizes.append((2 * self.k + 1) * self.inner_sizes[-1] + self.base_inner_size)
+
+    @property
+    def exact_columns(self) -> _Profile:
+        """The column profile in exact rationals (for a float base: its dyadic entries summed
+        exactly), built on first use: planning ranks with floats, only the sensitivity of the
+        lift that runs needs it."""
+        if self.exact:
+            return self.columns
+        profile = self._exact_profile or _Profile(values=self._column_values, rows=False)
+        while len(profile.sizes) < len(self.columns.sizes):
+            profile.add_level(1 / self.alphas_exact[len(profile.sizes) - 1])
+        self._exact_profile = profile
+        return profile
 
     def asymptotic_constant(self) -> float:
         """2c²/log₂(2k+1)³ = 2C²·(log₂k / log₂(2k+1))³ (Theorem 2.5), c = c₂ or c_F of the base."""
@@ -730,12 +765,26 @@ class LiftedFamily:
         scale = 1 / Fraction(self.alphas_exact[p - 2])
         return [Fraction(v) for v in self.exact_columns.entries(p, n, scale=scale)]
 
-    def plan(self, *, n: int, epsilon: float = 1.0, alpha_rule: str = "paper") -> LiftPlan:
+    def column_norms_exact_of(self, n: int) -> list[Fraction]:
+        """``column_norms_exact`` with n positional (a ``Mechanism.column_norms``)."""
+        return self.column_norms_exact(n=n)
+
+    def plan(
+        self,
+        *,
+        n: int,
+        epsilon: float = 1.0,
+        alpha_rule: str = "paper",
+        exact_sensitivity: bool = True,
+        top_alpha: Fraction | None = None,
+    ) -> LiftPlan:
         """The plan of the truncation to n of the least lift with N_p ≥ n.
 
         ``alpha_rule``: "paper" (every α_i the level-by-level optimum of ``optimal_alpha``, as in
         Arkhipov & Kalinin section 3) or "truncated" (the same α_1 … α_{p−2}, and α_{p−1} minimising the
         plan metric's cost of the truncation to n: see ``_tuned_top_alpha``; never worse).
+        ``top_alpha`` (a positive dyadic rational) fixes α_{p−1} instead (p ≥ 2; ignored at p = 1):
+        the tilted segments of the anytime counter (``mechanisms.anytime``).
         """
         n = check_size(n, name="n")
         epsilon = check_epsilon(epsilon)
@@ -747,13 +796,15 @@ class LiftedFamily:
         if p == 1:
             row_sum, row_max = self.rows.prefix(1, n)
             sensitivity = self.columns.prefix(1, n)[1]
-            sensitivity_exact = self.exact_columns.prefix(1, n)[1]
+            sensitivity_exact = self.exact_columns.prefix(1, n)[1] if exact_sensitivity else None
             top = (self.rows.totals[0], self.rows.maxima[0], self.columns.maxima[0])
         else:
-            if alpha_rule == "truncated":
+            if top_alpha is not None:
+                alphas[-1] = _dyadic_alpha(top_alpha)
+            elif alpha_rule == "truncated":
                 alphas[-1] = self._tuned_top_alpha(p, n)
             row_sum, row_max, sensitivity = self._truncated(p, n, alphas[-1])
-            sensitivity_exact = self.exact_columns.prefix(p, n, scale=1 / alphas[-1])[1]
+            sensitivity_exact = self.exact_columns.prefix(p, n, scale=1 / alphas[-1])[1] if exact_sensitivity else None
             row_scale, column_scale = self._scaled(alphas[-1])
             top = (*self.rows.next_totals(p - 1, row_scale), self.columns.next_totals(p - 1, column_scale)[1])
         N_p, M_p = self.rows.sizes[p - 1], self.inner_sizes[p - 1]
@@ -804,6 +855,15 @@ class LiftedFamily:
         )
 
 
+def _dyadic_alpha(alpha) -> Fraction:
+    """A given α as an exact positive dyadic rational (the lattice of a coarse level is 2^-g/α:
+    the release needs α exact)."""
+    value = Fraction(alpha)
+    if value <= 0 or value.denominator & (value.denominator - 1):
+        raise InvalidInputError(f"alpha must be a positive dyadic rational, got {alpha}")
+    return value
+
+
 def lift_plan(
     *, base: Operand, n: int, metric: str, epsilon: float = 1.0, alpha_rule: str = "paper", tolerance: float = DEFAULT_TOLERANCE
 ) -> LiftPlan:
@@ -850,6 +910,8 @@ def explicit_lift(
     applied as (L_{i+1}, R_{i+1}) = (L_i, R_i) ◇_{α_i} base. Refuses lifts whose dense L_p would
     have more than ``MAX_EXPLICIT_ENTRIES`` entries (it is meant for tests and small n).
     """
+    import scipy.sparse
+
     p = check_size(levels, name="levels")
     alphas = list(alphas)
     if len(alphas) != p - 1:

@@ -1,14 +1,20 @@
-"""The comparison table (Arkhipov & Kalinin, arXiv 2607.08963, Table 1) at a given n and ε.
+"""The planner: which mechanism to run for a horizon, ε and metric, and the comparison table.
 
-``comparison_rows(n=, epsilon=)`` lists every tree mechanism of ``trees.MECHANISMS`` with its
-exact finite-n MaxSE and MeanSE (from ``trees.tree_costs``) and the lifted factorization
-mechanism (for each metric the shipped base whose ◇α lift has the least error at n, from
-``lift.LiftedFamily``), with the leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³
-(``costs.leading_constant``), sorted by error. Mechanisms with an arity appear with the best
-arity for MaxSE and the best arity for MeanSE (one row when they agree). More mechanisms join
-through ``providers=``: callables ``provider(*, n, epsilon)`` returning ``ComparisonRow`` objects.
+One planner serves ``compare``, ``count``, ``Counter``, keyed counts, Spark, ``reproduce`` and
+the audit. ``comparison_rows(n=, epsilon=)`` lists every tree mechanism of ``trees.MECHANISMS``
+with its exact finite-n MaxSE and MeanSE (``trees.tree_costs``, closed forms) and the lifted
+factorization mechanism (for each metric the shipped base whose ◇α lift has the least error at
+n, ``lift.LiftedFamily``), with the leading constants MaxSE·ε²/log₂(n)³ and MeanSE·ε²/log₂(n)³,
+sorted by error (Arkhipov & Kalinin, arXiv 2607.08963, Table 1). The shipped bases are planned
+from their profiles (``base_factorizations/profiles.json``: row norms and exact column sums, no matrix
+loaded, nothing solved); a folder of other bases is planned from its files. ``choose`` takes the
+best row for a horizon; ``mechanism_for`` builds its ``Mechanism`` (loading the chosen base
+only). Mechanisms with an arity appear with the best arity for MaxSE and the best arity for
+MeanSE (one row when they agree). More mechanisms join through ``providers=``: callables
+``provider(*, n, epsilon)`` returning ``ComparisonRow`` objects.
 
-Data flow: trees and lift plans → rows (this module) → tables and figures (``reports``).
+Data flow: profiles, tree costs → rows (this module) → tables and figures (``reports``); the
+chosen row → ``mechanism.Mechanism`` → the engines.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pure_dp_mf import resources
+from pure_dp_mf.certificates.profiles import read_profiles
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import leading_constant
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization
@@ -151,7 +158,7 @@ def _best_rows(
     rows = []
     for metric in METRICS:
         plans = [
-            (family.plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule), file)
+            (family.plan(n=n, epsilon=epsilon, alpha_rule=alpha_rule, exact_sensitivity=False), file)
             for family, file in families
             if family.metric == metric
         ]
@@ -199,15 +206,40 @@ def _folder_families(folder: str, stamp: tuple) -> tuple[tuple[LiftedFamily, str
     return tuple(_families((Factorization.load(path), str(path)) for path in files))
 
 
+@functools.lru_cache(maxsize=2)
+def _profile_families(folder: str, stamp: tuple) -> tuple[tuple[LiftedFamily, str | None], ...]:
+    """Families of the certified bases of a base folder, from its profiles (no matrix loaded)."""
+    families = []
+    for profile in read_profiles(folder).values():
+        family = LiftedFamily.from_profile(
+            metric=profile["metric"],
+            inner_size=profile["inner_size"],
+            row_norms_squared=profile["row_norms_squared"],
+            column_sums=profile["column_sums"],
+        )
+        families.append((family, str(profile["base"])))
+    return tuple(families)
+
+
+def shipped_families() -> tuple[tuple[LiftedFamily, str | None], ...]:
+    """(family, base file) of every shipped certified base, from its profile (no matrix loaded)."""
+    profiles = resources.BASE_FOLDER / "profiles.json"
+    stamp = (profiles.stat().st_mtime_ns, profiles.stat().st_size) if profiles.exists() else ()
+    return _profile_families(str(resources.BASE_FOLDER), stamp)
+
+
 def lifted_rows(
     *, n: int, epsilon: float = 1.0, directory: str | os.PathLike | None = None, alpha_rule: str = "paper"
 ) -> list[ComparisonRow]:
-    """The lifted rows of the bases in ``directory`` (default: the shipped ones): for each metric
-    the base whose lift has the least error at n, with its file in ``base_file``."""
-    folder = Path(directory) if directory is not None else resources.BASE_FOLDER
+    """The lifted rows of the bases in ``directory`` (default: the shipped ones, planned from
+    their profiles): for each metric the base whose lift has the least error at n, with its file
+    in ``base_file``."""
+    if directory is None:
+        return _best_rows(n=n, epsilon=epsilon, families=shipped_families(), alpha_rule=alpha_rule)
+    folder = Path(directory)
     files = resources.base_files(folder)
-    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
-    return _best_rows(n=n, epsilon=epsilon, families=_folder_families(str(folder), stamp), alpha_rule=alpha_rule)
+    files_stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    return _best_rows(n=n, epsilon=epsilon, families=_folder_families(str(folder), files_stamp), alpha_rule=alpha_rule)
 
 
 DEFAULT_PROVIDERS: tuple[RowProvider, ...] = (tree_rows, lifted_rows)
@@ -270,3 +302,51 @@ def winning_bases(
         if not changes or changes[-1][1] != row.arity:
             changes.append((exponent, int(row.arity or 0), constant))
     return changes
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing and building.
+
+CHOICES = ("auto", "lifted", *trees.MECHANISMS)
+
+
+def choose(*, horizon: int, epsilon: float = 1.0, metric: str = "maxse", mechanism: str = "auto") -> ComparisonRow:
+    """The row to run for ``horizon``: "auto" the best of every mechanism for ``metric`` (ties:
+    the other metric, then the name), "lifted" the best shipped lifted base, a tree name that tree
+    at its best arity for ``metric``."""
+    horizon = check_size(horizon, name="horizon")
+    if mechanism not in CHOICES:
+        raise InvalidInputError(f"unknown mechanism {mechanism!r}; expected auto, lifted or one of {', '.join(trees.MECHANISMS)}")
+    if metric not in METRICS:
+        raise InvalidInputError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
+    rows = comparison_rows(n=horizon, epsilon=epsilon, sort_by=metric)
+    if mechanism != "auto":
+        rows = [row for row in rows if row.mechanism == mechanism and (row.metric in (None, metric) or not row.best_for)]
+    if not rows:
+        raise InvalidInputError(f"no {mechanism} mechanism is available for horizon {horizon}")
+    return rows[0]
+
+
+def build(row: ComparisonRow, *, horizon: int):
+    """The ``Mechanism`` of a planner row for ``horizon``: a lifted base from its certificate
+    (loaded and checked now, its α's those the row was planned with), a tree from its closed form."""
+    from pure_dp_mf.mechanisms import mechanism as mechanisms
+
+    if row.mechanism == "lifted":
+        base_file = Path(str(row.base_file))
+        certificate = resources.certificate_file(base_file, folder=base_file.parent.parent / "certificates")
+        built = mechanisms.lifted(
+            base=base_file,
+            horizon=horizon,
+            metric=row.metric,
+            certificate=certificate if certificate.is_file() else None,
+        )
+    else:
+        built = mechanisms.tree(mechanism=row.mechanism, horizon=horizon, arity=row.arity)
+    return built
+
+
+def mechanism_for(*, horizon: int, epsilon: float = 1.0, metric: str = "maxse", mechanism: str = "auto"):
+    """``build(choose(…))``: the mechanism the planner ranks best, ready to run."""
+    row = choose(horizon=horizon, epsilon=epsilon, metric=metric, mechanism=mechanism)
+    return build(row, horizon=horizon)

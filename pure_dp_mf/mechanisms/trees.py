@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import leading_constant
@@ -350,6 +349,8 @@ def _assemble(n: int, parts, intervals, scale: int, metadata: dict) -> Factoriza
     [0, n); nodes with an empty range are dropped with their coefficients. L = coefficients / scale.
     Nodes are ordered by (level, index); R's rows are the node indicators.
     """
+    import scipy.sparse
+
     rows = np.concatenate([np.asarray(part[0], dtype=np.int64) for part in parts])
     levels = np.concatenate([np.full(len(part[0]), part[1], dtype=np.int64) for part in parts])
     indices = np.concatenate([np.asarray(part[2], dtype=np.int64) for part in parts])
@@ -566,3 +567,185 @@ def best_arity(*, mechanism: str, n: int, metric: str) -> int:
     attribute = "c2_squared" if metric == "maxse" else "cf_squared"
     arities = range(2, min(n + 1, ARITY_SEARCH_MAX) + 1)
     return min(arities, key=lambda k: (getattr(_tree_costs(mechanism, n, k), attribute), k))
+
+
+# --------------------------------------------------------------------------- streaming decoders
+
+
+@dataclass
+class TreeState:
+    """The next row of a tree decoder (its noise is read by node address: no other state)."""
+
+    t: int
+
+
+def _unrank_array(ranks: np.ndarray, height: int, weight: int) -> np.ndarray:
+    """``_unrank`` vectorised: the rank-th h-bit numbers of Hamming weight w (int64)."""
+    table = np.zeros((height + 1, weight + 2), dtype=np.int64)
+    for bit in range(height + 1):
+        for w in range(weight + 1):
+            table[bit, w] = math.comb(bit, w)
+    value = np.zeros(len(ranks), dtype=np.int64)
+    remaining = np.asarray(ranks, dtype=np.int64).copy()
+    left = np.full(len(ranks), weight, dtype=np.int64)
+    for bit in range(height - 1, -1, -1):
+        below = table[bit, np.clip(left, 0, weight + 1)]
+        below = np.where(left < 0, 0, below)
+        take = (remaining >= below) & (left > 0)
+        value |= take.astype(np.int64) << bit
+        remaining -= np.where(take, below, 0)
+        left -= take
+    return value
+
+
+class TreeDecoder:
+    """The decoder of a tree mechanism for horizon n as a ``StreamingDecoder`` (``streaming.py``).
+
+    Every node is its own noise coordinate, addressed (level j + 1, index i) for the node i of
+    height j (the aligned interval (i·k^j, (i + 1)·k^j] of the digit and averaged trees, the
+    leaf range [i·2^{j+1}, i·2^{j+1} + 2^j) of the smooth binary tree): the address does not
+    depend on n, so a tree's noise at a node is the same for every horizon. The atoms are the
+    1×1 matrix [1]; a row's terms are its nodes with their coefficients (``_entries``, the same
+    (row, height, index, coefficient) arrays ``tree_factorization`` assembles, computed for a
+    range of rows only). Nodes that do not intersect [1, n] carry no data and are dropped, as in
+    ``tree_factorization``. Memory: the pages of the noise source (one per height in use),
+    O(log n); the row range being evaluated. ``sensitivity`` = Δ = ‖R‖₁→₁ (``tree_costs``).
+    """
+
+    def __init__(self, *, mechanism: str, n: int, arity: int | None = None) -> None:
+        self.mechanism = _check_mechanism(mechanism)
+        self.arity = _check_arity(mechanism, arity)
+        self.n = check_size(n, name="n")
+        self.atoms = np.ones((1, 1))
+        costs = tree_costs(mechanism=mechanism, n=self.n, arity=self.arity)
+        self.sensitivity = costs.sensitivity
+        self.k = 2 if mechanism in ("binary", "smooth-binary") else int(self.arity or 2)
+        if mechanism == "averaged-kary-subtraction":
+            self.heights, self.scale, self.offset_digits = _averaged_levels(self.n, self.k), 2, 0
+            self._max_terms = 1 + self.k * max(self.heights, 1)
+        elif mechanism == "smooth-binary":
+            self.heights, self.weight = _smooth_shape(self.n)
+            self.scale, self.last = 1, _unrank(self.n, self.heights, self.weight)
+            self._max_terms = self.weight
+        else:
+            self.offset_digits = (self.k - 1) // 2 if mechanism == "kary-subtraction" else 0
+            self.heights, self.scale = _offset_levels(self.n, self.k, self.offset_digits), 1
+            self._max_terms = self.heights * max(self.k - 1 - self.offset_digits, self.offset_digits)
+
+    @property
+    def rows(self) -> int:
+        return self.n
+
+    def max_terms(self, stop: int) -> int:
+        return self._max_terms
+
+    def init(self, *, start: int = 0) -> TreeState:
+        if not 0 <= start <= self.n:
+            raise InvalidInputError(f"row {start} is outside the tree's {self.n} rows")
+        return TreeState(t=start)
+
+    def next(self, state: TreeState, noise, *, steps: int = 1) -> tuple[np.ndarray, TreeState]:
+        """Rows state.t … state.t + steps − 1 of L·z: every node's noise read by its address,
+        one block per height."""
+        start, stop = state.t, state.t + steps
+        if not 0 <= start <= stop <= self.n:
+            raise InvalidInputError(f"rows [{start}, {stop}) are outside the tree's {self.n} rows")
+        rows, heights, indices, coefficients = self._entries(start, stop)
+        columns = getattr(noise, "columns", None)
+        out = np.zeros((stop - start,) + (() if columns is None else (columns,)))
+        for height in np.unique(heights):
+            mine = heights == height
+            low, high = int(indices[mine].min()), int(indices[mine].max())
+            block = noise.block(low, high - low + 1, int(height) + 1)
+            picked = block[indices[mine] - low]
+            weights = coefficients[mine].astype(np.float64) / self.scale
+            np.add.at(out, rows[mine] - start, picked * (weights if columns is None else weights[:, None]))
+        state.t = stop
+        return out, state
+
+    def terms(self, t: int) -> list:
+        from pure_dp_mf.mechanisms.streaming import Term
+
+        if not 0 <= t < self.n:
+            raise InvalidInputError(f"row {t} is outside the tree's {self.n} rows")
+        _, heights, indices, coefficients = self._entries(t, t + 1)
+        return [
+            Term(int(h) + 1, int(i), 0, Fraction(int(c), self.scale))
+            for h, i, c in sorted(zip(heights.tolist(), indices.tolist(), coefficients.tolist(), strict=True))
+        ]
+
+    def term_arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row position, level, atom row, weight) of the terms of rows start … stop − 1."""
+        rows, heights, _, coefficients = self._entries(start, stop)
+        return rows - start, heights + 1, np.zeros(len(rows), dtype=np.int64), coefficients / self.scale
+
+    def _entries(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(row t − 1, height, node index, coefficient·scale) of the rows start … stop − 1, the nodes
+        that intersect [1, n] only."""
+        t = np.arange(start + 1, stop + 1, dtype=np.int64)
+        if self.mechanism == "smooth-binary":
+            return self._smooth_entries(t)
+        if self.mechanism == "averaged-kary-subtraction":
+            parts = self._averaged_parts(t)
+        else:
+            parts = self._digit_parts(t)
+        rows = np.concatenate([np.asarray(part[0], dtype=np.int64) for part in parts])
+        heights = np.concatenate([np.full(len(part[0]), part[1], dtype=np.int64) for part in parts])
+        indices = np.concatenate([np.asarray(part[2], dtype=np.int64) for part in parts])
+        values = np.concatenate([np.broadcast_to(np.asarray(part[3], dtype=np.int64), len(part[0])) for part in parts])
+        sizes = np.power(np.int64(self.k), heights)
+        keep = (np.minimum(indices * sizes, self.n) < np.minimum((indices + 1) * sizes, self.n)) & (values != 0)
+        return rows[keep], heights[keep], indices[keep], values[keep]
+
+    def _digit_parts(self, t: np.ndarray) -> list:
+        """``_offset_entries`` for the rows t (1-based) only."""
+        k, a, levels = self.k, self.offset_digits, self.heights
+        u = t + a * (k**levels - 1) // (k - 1)
+        parts = []
+        for j in range(levels):
+            size = k**j
+            digit = (u // size) % k - a
+            above = a * (k**levels - k ** (j + 1)) // (k - 1)
+            base = ((u // (size * k)) * (size * k) - above) // size
+            for c in range(k - 1 - a):
+                mask = digit > c
+                parts.append((t[mask] - 1, j, base[mask] + c, 1))
+            for c in range(a):
+                mask = digit < -c
+                parts.append((t[mask] - 1, j, base[mask] - (c + 1), -1))
+        return parts
+
+    def _averaged_parts(self, t: np.ndarray) -> list:
+        """``_averaged_entries`` for the rows t (1-based) only (coefficients doubled)."""
+        k, levels = self.k, self.heights
+        rows = t - 1
+        parts = [(rows, levels, np.zeros(len(t), dtype=np.int64), 1 + (t == k**levels))]
+        for j in range(levels):
+            size = k**j
+            digit = (t // size) % k
+            base = (t // (size * k)) * k
+            for c in range(k):
+                left = c < digit
+                right = c >= digit if j == 0 else c > digit
+                parts.append((rows[left], j, base[left] + c, 1))
+                parts.append((rows[right], j, base[right] + c, -1))
+        return parts
+
+    def _smooth_entries(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``_smooth_entries`` for the rows t (1-based) only: the nodes of the 1-bits of v_t above
+        its trailing ones."""
+        query = _unrank_array(t, self.heights, self.weight)
+        trailing = np.bitwise_count(query ^ (query + 1)).astype(np.int64) - 1
+        rows, heights, indices = [], [], []
+        for j in range(self.heights):
+            mask = ((query >> j) & 1 == 1) & (j >= trailing)
+            rows.append(t[mask] - 1)
+            heights.append(np.full(int(mask.sum()), j, dtype=np.int64))
+            indices.append(query[mask] >> (j + 1))
+        rows_all = np.concatenate(rows)
+        return rows_all, np.concatenate(heights), np.concatenate(indices), np.ones(len(rows_all), dtype=np.int64)
+
+
+def tree_decoder(*, mechanism: str, n: int, arity: int | None = None) -> TreeDecoder:
+    """The streaming decoder of ``mechanism`` for horizon n (any n, O(log n) memory)."""
+    return TreeDecoder(mechanism=mechanism, n=n, arity=arity)

@@ -15,14 +15,13 @@ the claimed ε is *contradicted* when (★) exceeds it for some pair.
 exact lattice release of ``lattice.py``: y = W·x + ⌊2^-g·L̄·Y + ½⌋ with W the prefix-sum
 workload, L̄ the lifted decoder with every α = 1 and Y integer discrete-Laplace noise whose
 rates carry the α's. For speed the trials are vectorised: L̄ (the first n rows restricted to the
-columns they use) is read off the counter's own streaming engine (``stream.LiftedNoise`` applied to
-unit vectors). The first ``EXACT_TRIALS`` trials take the counter's own Y (its exact sampler and
+columns they use) is read off the counter's own streaming decoder (``streaming.materialize``). The first ``EXACT_TRIALS`` trials take the counter's own Y (its exact sampler and
 keyed stream, ``NoiseGenerator.from_seed(seed·2³² + i)``); the others draw Y from the same law with
 numpy (DLap(λ) = G₁ − G₂ for geometric G: the law up to float rounding in the geometric
 sampler, far below the audit's resolution). The first ``cross_checks`` trials of every audited
 stream are recomputed with a real ``ContinualCounter(...).counts(x)`` and must agree to the
-integer (``AuditError`` otherwise). The tree baselines are run through the same counter with the
-tree factorization as base and no lifting (p = 1). The claimed law used to design events is
+integer (``AuditError`` otherwise). The tree baselines run through the same counter as streaming
+decoders (``mechanism.tree``). The claimed law used to design events is
 L_p·w with w ≈ Laplace(b), b = Δ/ε (w_i = 2^-g·Y_i/a_i on its lattice, L_p·w = 2^-g·L̄·Y). The
 streams of a pair share the trials' noise (common random numbers); this is valid because every
 interval is a marginal statement combined by a union bound.
@@ -59,9 +58,9 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import cast
 
@@ -69,12 +68,13 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
-from pure_dp_mf.engines.continual import ArraySource, ContinualCounter, LiftedNoise
+from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorizations.factorization import Factorization
-from pure_dp_mf.mechanisms import trees
+from pure_dp_mf.mechanisms import mechanism as mechanisms
+from pure_dp_mf.mechanisms import planner, trees
+from pure_dp_mf.mechanisms.streaming import materialize
 from pure_dp_mf.release.generator import NoiseGenerator
-from pure_dp_mf.resources import largest_base_file
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 MECHANISMS = ("lifted", *trees.MECHANISMS)
@@ -135,45 +135,14 @@ def trial_seed(seed: int, trial: int) -> int:
     return seed * SEED_STRIDE + trial
 
 
-class _RecordingSource:
-    """A NoiseSource of zeros that records which blocks (column offsets) the engine reads, and
-    their levels (1: base block; ℓ ≥ 2: the coarse block of level ℓ)."""
-
-    def __init__(self) -> None:
-        self.levels: dict[int, int] = {}
-
-    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
-        self.levels[int(offset)] = level
-        return np.zeros(size)
-
-    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
-        self.levels.update((int(o), 1) for o in offsets)
-        return np.zeros((len(offsets), size))
-
-
-def _engine_map(decoder: np.ndarray, alphas: Sequence[float], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(L[:n] restricted to its used columns, the used column indices, the level of each), read
-    off LiftedNoise: one pass records the blocks that rows [0, n) read, then one unit vector per
-    column of them."""
-
-    if not alphas:  # p = 1: the engine's rows are A·z[0:r] (cross-checked like every other case)
-        keep = np.any(decoder[:n] != 0.0, axis=0)
-        used = np.flatnonzero(keep)
-        return np.array(decoder[:n][:, keep]), used, np.ones(len(used), dtype=np.int64)
-    recorder = _RecordingSource()
-    probe = LiftedNoise(decoder=decoder, alphas=alphas, source=recorder)
-    probe.values(0, n)
-    r = decoder.shape[1]
-    candidates = [offset + i for offset in sorted(recorder.levels) for i in range(r)]
-    levels = np.array([recorder.levels[j // r * r] for j in candidates], dtype=np.int64)
-    unit = np.zeros(probe.inner_sizes[-1])
-    matrix = np.zeros((n, len(candidates)))
-    for column, j in enumerate(candidates):
-        unit[j] = 1.0
-        matrix[:, column] = LiftedNoise(decoder=decoder, alphas=alphas, source=ArraySource(unit)).values(0, n)
-        unit[j] = 0.0
+def _engine_map(mechanism, n: int) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
+    """(L̄[:n] on the noise coordinates its rows read, those coordinates (level, index), the level
+    of each), read off the mechanism's own streaming decoder (``streaming.materialize``, checked
+    against ``next`` on unit vectors in tests)."""
+    matrix, coordinates = materialize(mechanism.decoder, n)
     keep = np.any(matrix != 0.0, axis=0)
-    return matrix[:, keep], np.asarray(candidates, dtype=np.int64)[keep], levels[keep]
+    used = [coordinate for coordinate, kept in zip(coordinates, keep, strict=True) if kept]
+    return matrix[:, keep], used, np.array([level for level, _ in used], dtype=np.int64)
 
 
 def counter_target(
@@ -186,70 +155,54 @@ def counter_target(
 ) -> AuditTarget:
     """The library's ``ContinualCounter`` as an ``AuditTarget`` (see the module docstring).
 
-    ``mechanism`` is ``"lifted"`` (the lifted ``base``, default the largest shipped MaxSE base)
-    or a tree of ``trees.MECHANISMS`` (``arity`` defaults to ``trees.best_arity`` for MaxSE), run
-    through the counter with the tree as base and no lifting.
+    ``mechanism`` is ``"lifted"`` (the lifted ``base``, default the lifted base the planner ranks
+    best for n) or a tree of ``trees.MECHANISMS`` (``arity`` defaults to its best arity for
+    MaxSE), each the ``Mechanism`` a counter runs.
     """
 
     if mechanism not in MECHANISMS:
         raise InvalidInputError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
     n = check_size(n, name="n", maximum=MAX_N)
     epsilon = check_epsilon(epsilon)
-    if mechanism == "lifted":
-        if arity is not None:
-            raise InvalidInputError("the lifted counter takes no arity")
-        if isinstance(base, Factorization):
-            factorization, source = base, "given base"
-        else:
-            path = Path(base) if base is not None else largest_base_file()
-            factorization, source = Factorization.load(path), path.name
-        alphas: list[float] | None = None
-        label = f"lifted counter, base {source} (k = {factorization.n})"
-    else:
-        if base is not None:
-            raise InvalidInputError("a tree mechanism takes no base file")
-        if mechanism in trees.ARITY_MECHANISMS and arity is None:
-            arity = trees.best_arity(mechanism=mechanism, n=n, metric="maxse")
-        factorization = trees.tree_factorization(mechanism=mechanism, n=n, arity=arity)
-        alphas = []
-        label = f"{mechanism} tree" + (f", arity {arity}" if arity is not None else "") + ", through the counter (no lifting)"
     try:
-        reference = ContinualCounter(
-            base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(0), alphas=alphas
-        )
+        if mechanism == "lifted":
+            if arity is not None:
+                raise InvalidInputError("the lifted counter takes no arity")
+            built = (
+                planner.mechanism_for(horizon=n, mechanism="lifted") if base is None else mechanisms.lifted(base=base, horizon=n)
+            )
+            label = f"lifted counter, {built.name} (k = {built.record['base_size']})"
+        else:
+            if base is not None:
+                raise InvalidInputError("a tree mechanism takes no base file")
+            if mechanism in trees.ARITY_MECHANISMS and arity is None:
+                arity = trees.best_arity(mechanism=mechanism, n=n, metric="maxse")
+            built = mechanisms.tree(mechanism=mechanism, horizon=n, arity=arity)
+            label = f"{built.name}, streamed by the counter"
     except ArithmeticError as error:  # e.g. norms beyond float range while planning the lift
         raise InvalidInputError(f"the counter cannot be built from this base: {type(error).__name__}: {error}") from None
-    alphas = list(reference.alphas)
-    exact_decoder = reference.exact_decoder
-    g = exact_decoder.grid_bits
-    # L̄ (every α = 1) on the columns rows [0, n) use; the counter's noise is ⌊2^-g·L̄·Y + ½⌋ (lattice.py)
-    release_map, used, levels = _engine_map(exact_decoder.decoder, [1.0] * len(alphas), n)
-    factors = np.array([1.0] + [float(a) for a in alphas])[levels - 1]  # a_i: 1, or α_{ℓ−1} for coarse
-    rates = np.array(
-        [
-            float(Fraction(reference.epsilon) / (reference.sensitivity * (1 << g) * Fraction(1 if f == 1.0 else f)))
-            for f in factors
-        ]
-    )
-    decoder = release_map / factors  # L_p[:n] on the used columns: L_p·w = 2^-g·L̄·Y with w_i = 2^-g·Y_i/a_i
-    r = exact_decoder.inner_size
+    reference = ContinualCounter(epsilon=epsilon, mechanism=built, rng=NoiseGenerator.from_seed(0))
+    g = built.atoms.grid_bits
+    # L̄ on the coordinates rows [0, n) use; the counter's noise is ⌊2^-g·L̄·Y + ½⌋ (lattice.py)
+    release_map, used, levels = _engine_map(built, n)
+    rate_of = reference.rates
+    factors = np.array([float(rate_of(1) / rate_of(int(level))) for level in levels])  # a_i: 1, or α_{ℓ−1} for coarse
+    rates = np.array([float(rate_of(int(level))) for level in levels])
+    decoder = release_map / factors  # L_p·w = 2^-g·L̄·Y with w_i = 2^-g·Y_i/a_i
     scale = reference.scale
 
     def release(Y: np.ndarray) -> np.ndarray:
         return np.floor(np.ldexp(Y @ release_map.T, -g) + 0.5).astype(np.int64)
 
     def counter(trial: int, seed: int) -> ContinualCounter:
-        return ContinualCounter(
-            base=factorization, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(trial_seed(seed, trial)), alphas=alphas
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ContinualCounter(epsilon=epsilon, mechanism=built, rng=NoiseGenerator.from_seed(trial_seed(seed, trial)))
 
     def counter_integers(real: ContinualCounter) -> np.ndarray:
-        """The counter's own Y on the used columns (its exact sampler, its keyed stream)."""
+        """The counter's own Y on the used coordinates (its exact sampler, its keyed stream)."""
         source = real.lattice_sources[0]
-        return np.array(
-            [source.integers(int(j) // r * r, r, int(level))[int(j) % r] for j, level in zip(used, levels, strict=True)],
-            dtype=np.float64,
-        )
+        return np.array([source.integers(index, 1, level)[0] for level, index in used], dtype=np.float64)
 
     def sample_noise(trials: int, seed: int) -> np.ndarray:
         rng = np.random.default_rng([seed, trials])

@@ -2,11 +2,12 @@
 guaranteed (1 − β) interval for the true running count.
 
 The release at step t is s_t = S_t + N_t with N_t = ⌊W_t + ½⌋, W_t = Σ_i a_i·Y_i, Y_i independent
-discrete Laplace DLap(λ_i) and a_i = 2^-g·(L̄_p)_{t,i} (``lattice.py``). Row t of L̄_p is a signed
-sum of base-decoder rows on disjoint noise blocks (``LiftedNoise.terms``), each block of one lift
-level ℓ with its own rate λ_ℓ, so everything below is a sum over at most p terms per step.
+discrete Laplace DLap(λ_i) and a_i = 2^-g·L̄_{t,i} (``lattice.py``). Row t of L̄ is a sum of
+weighted atom rows on disjoint noise blocks (``StreamingDecoder.terms``: the base decoder's
+rows for a lift, single nodes for a tree; weights ±2^-j with |w| ≤ 1), each block of one level ℓ
+with its own rate λ_ℓ, so everything below is a sum over the few terms of each step.
 
-**Standard deviation.** Var W_t = Σ_terms 2^-2g·‖L_row‖₂²·σ²(λ_ℓ), σ²(λ) = 2q/(1 − q)², q = e^{−λ},
+**Standard deviation.** Var W_t = Σ_terms 2^-2g·w²·‖L_row‖₂²·σ²(λ_ℓ), σ²(λ) = 2q/(1 − q)², q = e^{−λ},
 the exact variance of DLap(λ); ``std`` is √Var W_t (the final rounding to an integer moves N_t by
 at most ½ from W_t).
 
@@ -51,13 +52,82 @@ class ErrorBars:
 
     def bounds(self, counts: np.ndarray, *, first_step: int, max_value: int) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper): the integers of [count − h_t, count + h_t] ∩ [0, m·t] for the releases
-        of the 1-based steps t = first_step + 1, …: a sum of t values in [0, m] lies in [0, m·t],
-        a public fact, so the cut is post-processing and keeps the guarantee."""
-        counts = np.asarray(counts, dtype=np.float64)
-        steps = np.arange(first_step + 1, first_step + 1 + len(counts))
-        lower = np.maximum(np.ceil(counts - self.half_width).astype(np.int64), 0)
-        upper = np.minimum(np.floor(counts + self.half_width).astype(np.int64), max_value * steps)
+        of the 1-based steps t = first_step + 1, … (a sum of t values in [0, m] lies in [0, m·t],
+        a public fact, so the cut is post-processing and keeps the guarantee). Exact integer
+        arithmetic: count − ⌊h_t⌋ and count + ⌊h_t⌋, whatever the size of the count."""
+        counts = np.asarray(counts)
+        steps = np.arange(first_step + 1, first_step + 1 + len(counts), dtype=object)
+        half = np.floor(self.half_width).astype(np.int64)
+        if counts.dtype != object and np.abs(counts).max(initial=0) < 2**61 and max_value * (first_step + len(counts)) < 2**61:
+            lower = np.maximum(counts - half, 0)
+            upper = np.minimum(counts + half, max_value * steps.astype(np.int64))
+            return lower.astype(np.int64), upper.astype(np.int64)
+        counts = counts.astype(object)
+        half = half.astype(object)
+        lower = np.array([max(c - h, 0) for c, h in zip(counts, half, strict=True)], dtype=object)
+        upper = np.array([min(c + h, max_value * t) for c, h, t in zip(counts, half, steps, strict=True)], dtype=object)
         return lower, upper
+
+
+@dataclass(frozen=True)
+class NoiseMoments:
+    """Per step, what the error bars of a release are made of (module docstring): Var W_t, the
+    sub-gamma variance factor ν_t and scale c_t of its Laplace part, the bound A_t on its lattice
+    corrections, and the number of independent roundings summed into the released noise (1 for
+    one counter; an anytime counter adds one per earlier segment). For a sum of independent
+    releases Var, ν, A and the roundings add and c is the largest (``plus``): a sum of
+    independent sub-gamma variables is sub-gamma with ν = Σν_j and c = max c_j (Boucheron,
+    Lugosi & Massart, section 2.4), and each rounding moves its release by at most ½."""
+
+    var: np.ndarray
+    nu: np.ndarray
+    c: np.ndarray
+    a: np.ndarray
+    roundings: int = 1
+
+    @classmethod
+    def zero(cls) -> NoiseMoments:
+        """The moments of no noise (one step, no rounding)."""
+        return cls(var=np.zeros(1), nu=np.zeros(1), c=np.zeros(1), a=np.zeros(1), roundings=0)
+
+    def at(self, index: int) -> NoiseMoments:
+        """The moments of one step, as a one-step ``NoiseMoments``."""
+        pick = slice(index, index + 1)
+        return NoiseMoments(var=self.var[pick], nu=self.nu[pick], c=self.c[pick], a=self.a[pick], roundings=self.roundings)
+
+    def plus(self, other: NoiseMoments) -> NoiseMoments:
+        """The moments of this noise plus an independent one (``other`` per step or one step for all)."""
+        return NoiseMoments(
+            var=self.var + other.var,
+            nu=self.nu + other.nu,
+            c=np.maximum(self.c, other.c),
+            a=self.a + other.a,
+            roundings=self.roundings + other.roundings,
+        )
+
+    @staticmethod
+    def concatenate(pieces: list[NoiseMoments]) -> NoiseMoments:
+        """Consecutive steps' moments as one; the roundings of the whole are the largest (a bound per step)."""
+        if not pieces:
+            return NoiseMoments(var=np.zeros(0), nu=np.zeros(0), c=np.zeros(0), a=np.zeros(0))
+        if len(pieces) == 1:
+            return pieces[0]
+        return NoiseMoments(
+            var=np.concatenate([p.var for p in pieces]),
+            nu=np.concatenate([p.nu for p in pieces]),
+            c=np.concatenate([p.c for p in pieces]),
+            a=np.concatenate([p.a + 0.5 * (p.roundings - min(q.roundings for q in pieces)) for p in pieces]),
+            roundings=min(q.roundings for q in pieces),
+        )
+
+    def bars(self, *, beta: float) -> ErrorBars:
+        """The standard deviation √Var and the guaranteed half-width
+        h_t = √(2ν_t·s) + c_t·s + A_t + roundings/2, s = ln(2/β), at confidence 1 − β."""
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
+            raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
+        s = math.log(2 / beta)
+        half = (np.sqrt(2 * self.nu * s) + self.c * s + self.a + 0.5 * self.roundings) * (1 + 2.0**-40)
+        return ErrorBars(std=np.sqrt(self.var), half_width=half, beta=beta)
 
 
 def dlap_variance(rate: Fraction) -> float:
@@ -67,41 +137,52 @@ def dlap_variance(rate: Fraction) -> float:
 
 
 class ErrorBarModel:
-    """The per-step error bars of one counter (``ContinualCounter``): see the module docstring."""
+    """The per-step error bars of a streaming decoder under the exact release (module docstring):
+    ``decoder`` (its ``term_arrays``), its exact ``atoms`` (``ExactDecoder``: L̃ and the proven
+    row error τ) and the noise ``rates`` of every level. One model serves every engine (one
+    counter, every key of a keyed release, which share the mechanism and the rates)."""
 
-    def __init__(self, counter) -> None:
-        release = counter._releases[0]
-        self.engine = release.engine
-        decoder = release.decoder
-        L = np.asarray(decoder.decoder, dtype=np.float64)
+    def __init__(self, *, decoder, atoms, rates) -> None:
+        self.decoder = decoder
+        L = np.asarray(atoms.decoder, dtype=np.float64)
         r = L.shape[1]
         inflate = 1 + 2 * gamma(r)
-        tau = decoder.tau
+        tau = atoms.tau
         self.row_l2 = np.sqrt(np.einsum("ij,ij->i", L, L) * inflate) * (1 + 2.0**-50) + tau
         self.row_max = np.abs(L).max(axis=1) + tau
         self.row_l1 = np.abs(L).sum(axis=1) * inflate + math.sqrt(r) * tau
-        g = decoder.grid_bits
-        rates = release.source.rates
-        self.scale = [math.ldexp(1.0, -g) / float(rate) * (1 + 2.0**-40) for rate in rates]  # 2^-g/λ_ℓ
-        self.unit = math.ldexp(1.0, -g)
-        self.variance = [math.ldexp(1.0, -2 * g) * dlap_variance(rate) for rate in rates]
+        self.g = atoms.grid_bits
+        self.unit = math.ldexp(1.0, -self.g)
+        self.rates = rates
+        self._levels: dict[int, tuple[float, float]] = {}
+
+    def _level(self, level: int) -> tuple[float, float]:
+        """(2^-g/λ_ℓ inflated, Var of 2^-g·DLap(λ_ℓ)) of one level."""
+        if level not in self._levels:
+            rate = self.rates(level)
+            self._levels[level] = (
+                math.ldexp(1.0, -self.g) / float(rate) * (1 + 2.0**-40),
+                math.ldexp(1.0, -2 * self.g) * dlap_variance(rate),
+            )
+        return self._levels[level]
+
+    def moments(self, start: int, stop: int) -> NoiseMoments:
+        """The noise moments of the steps start … stop − 1 (0-based), vectorised over the terms of
+        every row (``term_arrays``)."""
+        count = stop - start
+        positions, levels, rows, weights = self.decoder.term_arrays(start, stop)
+        unique, inverse = np.unique(levels, return_inverse=True)
+        table = np.array([self._level(int(level)) for level in unique]).reshape(-1, 2)
+        b, variance = table[inverse, 0], table[inverse, 1]
+        w = np.abs(np.asarray(weights, dtype=np.float64))
+        l2 = self.row_l2[rows] * w
+        var = np.bincount(positions, weights=variance * l2 * l2, minlength=count)
+        nu = 2 * np.bincount(positions, weights=(b * l2) ** 2, minlength=count)
+        c = np.zeros(count)
+        np.maximum.at(c, positions, b * w * self.row_max[rows])
+        a = np.bincount(positions, weights=self.unit * w * self.row_l1[rows], minlength=count)
+        return NoiseMoments(var=var, nu=nu, c=c, a=a)
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of the steps start … stop − 1 (0-based) at confidence 1 − β."""
-        if not 0 < beta < 1:
-            raise InvalidInputError(f"beta must be in (0, 1), got {beta!r}")
-        s = math.log(2 / beta)
-        count = stop - start
-        std, half = np.empty(count), np.empty(count)
-        for index, t in enumerate(range(start, stop)):
-            variance = nu = c = a = 0.0
-            for level, _, row, _ in self.engine.terms(t):
-                l2 = self.row_l2[row]
-                variance += self.variance[level - 1] * l2 * l2
-                b = self.scale[level - 1]
-                nu += 2 * (b * l2) ** 2
-                c = max(c, b * self.row_max[row])
-                a += self.unit * self.row_l1[row]
-            std[index] = math.sqrt(variance)
-            half[index] = (math.sqrt(2 * nu * s) + c * s + a + 0.5) * (1 + 2.0**-40)
-        return ErrorBars(std=std, half_width=half, beta=beta)
+        return self.moments(start, stop).bars(beta=beta)

@@ -73,7 +73,9 @@ class NoiseGenerator:
         return cls(key=secrets.token_bytes(KEY_BYTES), seeded=False)
 
     @classmethod
-    def from_key_file(cls, path: str | os.PathLike) -> NoiseGenerator:
+    def from_key_file(
+        cls, path: str | os.PathLike, *, query: str | os.PathLike, registry: str | os.PathLike | None = None
+    ) -> NoiseGenerator:
         """A secure generator whose key lives in the file ``path``: created when missing (a key
         from ``secrets``, the ``to_record`` JSON, mode 0600, written to a temporary file and
         linked into place, so two processes racing to create it end with one key), read when
@@ -83,7 +85,12 @@ class NoiseGenerator:
         checkpoint: every restart gets the same key, so a replayed step regenerates its noise and
         later steps continue the same noise vector. A fresh key after a restart would release the
         later steps of the same data under new noise, a second ε-DP release (2ε in all). Keep the
-        file secret, beside the query's checkpoint, and use it for that one query only."""
+        file secret, beside the query's checkpoint.
+
+        The file is bound to ``query`` (the query's checkpoint location, or another name that
+        stays the same across its restarts) in the lineage registry (``engines.registry``): a
+        second query on the same key file is refused with an error naming the first, so one key
+        never serves two queries."""
         target = Path(path)
         if not target.exists():
             folder = target.parent if str(target.parent) else Path(".")
@@ -114,6 +121,9 @@ class NoiseGenerator:
         generator = cls.from_record(record)
         if generator.seeded:
             raise InvalidInputError(f"key file {target} holds a seeded key: a key file is for private releases")
+        from pure_dp_mf.engines.registry import bind_key_file
+
+        bind_key_file(target, key=generator.key, query=str(query), registry=registry)
         return generator
 
     @classmethod
@@ -131,6 +141,14 @@ class NoiseGenerator:
         encoded = label.encode()
         key = hashlib.sha256(self.key + b"child\x00" + len(encoded).to_bytes(8, "little") + encoded).digest()
         return NoiseGenerator(key=key, seeded=self.seeded)
+
+    def coordinate(self, index: int) -> NoiseGenerator:
+        """The generator of coordinate ``index`` of a vector stream: key SHA-256(key ‖ index as 4
+        bytes, little-endian), same seededness. Distinct indices give unrelated keys, and none
+        equals a ``child`` key (a 4-byte suffix against a suffix of at least 14 bytes: different
+        inputs to SHA-256, a PRF)."""
+        index = check_size(index, name="coordinate", minimum=0, maximum=2**32 - 1)
+        return NoiseGenerator(key=hashlib.sha256(self.key + index.to_bytes(4, "little")).digest(), seeded=self.seeded)
 
     def words(self, *, index: int, size: int) -> np.ndarray:
         """``size`` uniform 64-bit words of block ``index`` (a non-negative integer)."""
@@ -187,3 +205,40 @@ def round_to_integers(values) -> np.ndarray:
     if not np.all(np.isfinite(values)) or np.any(np.abs(values) > 2.0**62):
         raise InvalidInputError("noise to round is not finite or too large for int64")
     return np.rint(values).astype(np.int64)
+
+
+class GeneratorSource:
+    """Laplace(1) noise from a keyed ``NoiseGenerator`` as a noise source (``mechanisms.streaming``):
+    the block at coordinate ``offset`` of any level is the generator's block ``offset`` (the
+    coordinates a decoder reads never overlap, so z is well defined). For research and
+    benchmarks: float Laplace is not pure DP, and no counter uses it."""
+
+    def __init__(self, generator: NoiseGenerator) -> None:
+        self.generator = generator
+
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        return self.generator.laplace(index=offset, size=size)
+
+    def blocks(self, offsets, size: int) -> np.ndarray:
+        return laplace_from_words(self.generator.words_of_blocks(indices=offsets, size=size)).reshape(len(offsets), size)
+
+
+_CLAIMED: dict[bytes, str] = {}  # sha256 of each secure generator key feeding a counter here → its lineage
+
+
+def claim_in_process(rng: NoiseGenerator, *, lineage: str) -> None:
+    """Refuse a secure generator that already feeds a counter of another lineage in this process.
+
+    Guarantee: two counters of one process never add the same noise to different data through one
+    generator (their difference would reveal T·(x − x′) exactly). A key that leaves the process
+    (a state, a key file) is claimed in the lineage registry too (``engines.registry``), which
+    extends the guarantee across processes. A seeded generator (public, not private) is not tracked."""
+    if rng.seeded:
+        return
+    tag = hashlib.sha256(rng.key).digest()
+    owner = _CLAIMED.setdefault(tag, lineage)
+    if owner != lineage:
+        raise InvalidInputError(
+            "this NoiseGenerator already feeds another counter: its noise would be reused on other data; "
+            "give each counter its own generator (NoiseGenerator.secure(), or generator.child(label))"
+        )

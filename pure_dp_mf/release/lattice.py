@@ -47,16 +47,20 @@ Tie rule: ⌊v + ½⌋ (round half up), which commutes with adding integers; rou
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import flint
 import gmpy2
 import numpy as np
 
+from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import decoder_from_encoder
@@ -70,10 +74,14 @@ _KEY_DOMAIN = b"pure_dp_mf lattice noise v1\x00"
 def gamma(m: int) -> float:
     """γ_m = m·u/(1 − m·u), u = 2^-53, rounded up (a bound on m successive float64 roundings)."""
     value = Fraction(m) * Fraction(UNIT_ROUNDOFF) / (1 - Fraction(m) * Fraction(UNIT_ROUNDOFF))
-    return _float_up(value)
+    return float_upper(value)
 
 
-def _float_up(value: Fraction | gmpy2.mpq) -> float:
+def float_upper(value: Fraction | gmpy2.mpq) -> float:
+    """The smallest float64 ≥ ``value`` (a rational): the one rounding up of an exact quantity to
+    a float, used wherever a float must bound an exact value from above (docs/privacy.md,
+    "float_upper"): float(value) is the nearest float, and it is replaced by the next one up
+    exactly when it lies below ``value`` (compared exactly as rationals)."""
     candidate = float(value)
     return candidate if Fraction(candidate) >= Fraction(value) else math.nextafter(candidate, math.inf)
 
@@ -126,7 +134,7 @@ class ExactDecoder:
             for j, value in enumerate(row):
                 if int(value) != (target if j <= i else 0):
                     raise InvalidInputError(f"the decoder times the encoder is not T_{n} exactly (entry {i}, {j})")
-        row_abs = _float_up(Fraction(max(exact.row_abs_sums(D.tolist())), 1 << h))
+        row_abs = float_upper(Fraction(max(exact.row_abs_sums(D.tolist())), 1 << h))
         return cls(
             P=P, grid_bits=grid_bits, decoder=decoder, tau=0.0, rho=0.0, row_abs_sum=row_abs, exact_decoder=D, decoder_bits=h
         )
@@ -137,21 +145,13 @@ class ExactDecoder:
         h = _grid_bits_for(approximate)
         decoder, _ = exact.round_to_grid(approximate, grid_bits=h)
         M = exact.grid_integers(decoder, grid_bits=h)
-        shift = grid_bits + h
-        with exact.flint_threads():
-            M_exact = exact.integer_matrix(M)
-            G = exact.series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
-            rho = gmpy2.mpq(max(exact.row_abs_sums(exact.rows_of(G))), gmpy2.mpz(2) ** shift)
-            if rho >= 1:
-                raise InvalidInputError(
-                    f"the base decoder cannot be bounded: ‖(L̃R̃ − T_k)·T_k⁻¹‖∞ ≥ {float(rho):.3g} ≥ 1 (is the encoder invertible?)"
-                )
-            E1 = G * M_exact  # −E₁·2^(g+2h)
-        squares = max(exact.row_sums_of_squares(exact.rows_of(E1)))
-        first = exact.sqrt_upper(gmpy2.mpq(squares, gmpy2.mpz(2) ** (2 * (shift + h))))
-        tau = _float_up(first / (1 - rho))
-        row_abs = _float_up(Fraction(max(exact.row_abs_sums(M.tolist())), 1 << h))
-        return cls(P=P, grid_bits=grid_bits, decoder=decoder, tau=tau, rho=float(rho), row_abs_sum=row_abs)
+        tag = _bound_tag(P, M, grid_bits, h)
+        bound = _cached_bound(tag)
+        if bound is None:
+            bound = _decoder_bound(P, M, grid_bits, h)
+            _store_bound(tag, bound)
+        tau, rho, row_abs = bound
+        return cls(P=P, grid_bits=grid_bits, decoder=decoder, tau=tau, rho=rho, row_abs_sum=row_abs)
 
     @property
     def inner_size(self) -> int:
@@ -165,21 +165,36 @@ class ExactDecoder:
         bound = terms * (self.tau * largest_norm + g_r * a * largest) + g_q * terms * a * largest * (1 + g_r)
         return bound * (1 + 2.0**-40)
 
-    def exact_rows(self, Y: Sequence[int]) -> list[Fraction]:
-        """[2^-g·(L·Y)_row for every row], exactly. Square route: 2^-g·L = T_k·P⁻¹, so the prefix
-        sums of u with P·u = Y (one exact solve); second route: D·Y/2^(g+h)."""
+    def exact_rows(self, Y: Sequence[int]) -> tuple[list[int], int]:
+        """2^-g·(L·Y)_row for every row, exactly, as (integer numerators, their common positive
+        denominator). Square route: 2^-g·L = T_k·P⁻¹, so the prefix sums of u with P·u = Y (one
+        exact solve; u·det P is an integer vector, Cramer's rule); second route: D·Y/2^(g+h)."""
         if self.exact_decoder is not None:
-            denominator = 1 << (self.grid_bits + self.decoder_bits)
             Y = [int(v) for v in Y]
-            return [Fraction(sum(int(d) * y for d, y in zip(row, Y, strict=True)), denominator) for row in self.exact_decoder]
+            numerators = [sum(int(d) * y for d, y in zip(row, Y, strict=True)) for row in self.exact_decoder]
+            return numerators, 1 << (self.grid_bits + self.decoder_bits)
         r = self.inner_size
+        determinant = self._determinant()
         solution = exact.integer_matrix(self.P).solve(flint.fmpz_mat(r, 1, [int(v) for v in Y]))
-        total, out = Fraction(0), []
+        total, out = 0, []
         for i in range(r):
-            value = solution[i, 0]
-            total += Fraction(int(value.p), int(value.q))
+            scaled = solution[i, 0] * determinant
+            if scaled.q != 1:
+                raise ArithmeticError("P⁻¹·Y·det P is not an integer vector")  # impossible by Cramer's rule
+            total += int(scaled.p)
             out.append(total)
-        return out
+        return (out, int(determinant)) if determinant > 0 else ([-v for v in out], -int(determinant))
+
+    def _determinant(self):
+        """det P, once per decoder (exact, FLINT)."""
+        cached = _DETERMINANTS.get(id(self))
+        if cached is None or cached[0] is not self:
+            cached = (self, exact.integer_matrix(self.P).det())
+            _DETERMINANTS[id(self)] = cached
+        return cached[1]
+
+
+_DETERMINANTS: dict[int, tuple[ExactDecoder, object]] = {}
 
 
 def _grid_bits_for(matrix: np.ndarray) -> int:
@@ -192,13 +207,45 @@ def _grid_bits_for(matrix: np.ndarray) -> int:
 
 PAGE = 1 << 14
 """Noise coordinates drawn together: the integer noise of level ℓ is sampled a page at a time."""
+MIN_PAGE = 1 << 8
+"""The smallest page of a shrinking layout (``LatticeSource``, ``shrink=True``)."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The noise rate of every level: λ_ℓ = ε·c_ℓ/Δ (``noise_rate``), c_1 = 2^-g and, for a lifted
+    decoder, c_ℓ = 2^-g/α_{ℓ−1} on the coarse level ℓ ≥ 2; without ``alphas`` (trees) every level
+    has the rate of level 1."""
+
+    base: Fraction
+    alphas: tuple[Fraction, ...] | None = None
+
+    def __call__(self, level: int) -> Fraction:
+        if level == 1 or self.alphas is None:
+            return self.base
+        return self.base / self.alphas[level - 2]
+
+    def levels(self, count: int) -> list[Fraction]:
+        return [self(level) for level in range(1, count + 1)]
+
+
+def noise_rate(*, epsilon: Fraction | float, sensitivity: Fraction, grid_bits: int) -> Fraction:
+    """λ = ε·2^-g/Δ: the rate per lattice step of discrete Laplace noise DLap(λ) on the lattice
+    2^-g ℤ that makes y = R·x + w exactly ε-DP for an ℓ1 sensitivity Δ of R·x whose moves are
+    multiples of 2^-g (docs/privacy.md, "noise_rate"). ε and Δ are taken exactly (a float ε is
+    its exact dyadic value); the one implementation of the rate."""
+    epsilon, sensitivity = Fraction(epsilon), Fraction(sensitivity)
+    if epsilon <= 0 or sensitivity <= 0:
+        raise InvalidInputError(f"the noise rate needs epsilon > 0 and a positive sensitivity, got {epsilon}, {sensitivity}")
+    return epsilon / (sensitivity * (1 << grid_bits))
 
 
 class LatticeSource:
-    """The integer noise Y of one counter coordinate. Column i of L̄_p used at level ℓ (ℓ = 1 for
-    base blocks, ℓ ≥ 2 for the coarse block of level ℓ) carries Y_i ~ DLap(λ_ℓ), λ_ℓ = ε·c_ℓ/Δ
-    (c_1 = 2^-g, c_ℓ = 2^-g/α_{ℓ−1}): entry i mod ``PAGE`` of page (ℓ, ⌊i/PAGE⌋), a page being
-    ``PAGE`` independent DLap(λ_ℓ) draws from the keyed stream SHAKE-256(key, ℓ·2^64 + page)
+    """The integer noise Y of one counter coordinate. Coordinate i of level ℓ carries
+    Y_i ~ DLap(λ_ℓ) (``rates``): entry i mod P_ℓ of page (ℓ, ⌊i/P_ℓ⌋), a page being P_ℓ
+    independent DLap(λ_ℓ) draws from the keyed stream SHAKE-256(key, ℓ·2^64 + page), with
+    P_ℓ = ``page_size`` on every level, or P_ℓ = max(``page_size``·2^{1−ℓ}, ``MIN_PAGE``) with
+    ``shrink=True`` (the heights of a tree, whose level ℓ has 2^{1−ℓ} as many nodes as its leaves)
     (``discrete_laplace.discrete_laplace_block``). Every (ℓ, i) reads its own page entry, so the
     Y_i are independent; every page is a pure function of (key, ℓ, page): regenerated on demand,
     never redrawn. (A page holds entries that its level never uses; they are drawn and ignored.)
@@ -206,37 +253,29 @@ class LatticeSource:
     ``block`` returns a block in float64 (exact while |Y| < 2^53) and records the largest ‖Y‖∞ and
     ‖Y‖₂ seen, for the rounding bound; ``integers`` returns it as Python integers."""
 
-    def __init__(
-        self,
-        *,
-        key: bytes,
-        epsilon: Fraction,
-        sensitivity: Fraction,
-        alphas: Sequence[Fraction],
-        grid_bits: int,
-        page_size: int = PAGE,
-        cached_pages: int = 8,
-    ):
-        if epsilon <= 0 or sensitivity <= 0:
-            raise InvalidInputError("the lattice noise needs epsilon > 0 and a positive sensitivity")
+    def __init__(self, *, key: bytes, rates: Rates, page_size: int = PAGE, cached_pages: int = 8, shrink: bool = False):
         self.key = hashlib.sha256(_KEY_DOMAIN + bytes(key)).digest()
-        base = epsilon / (sensitivity * (1 << grid_bits))
-        self.rates = [base] + [base / Fraction(alpha) for alpha in alphas]  # λ per level 1, 2, …, p
+        self.rates = rates
         self.largest = 0.0
         self.largest_norm = 0.0
         self.exact_in_float = True
         self._pages: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self.page_size = page_size  # a page size other than PAGE is another (equally private) layout
+        self.shrink = shrink
         self.cached_pages = cached_pages
 
+    def size_of(self, level: int) -> int:
+        """P_ℓ, the page size of level ℓ."""
+        return max(self.page_size >> (level - 1), MIN_PAGE) if self.shrink else self.page_size
+
     def page(self, level: int, number: int) -> np.ndarray:
-        """Page ``number`` of level ``level``: ``PAGE`` draws of DLap(λ_level) (int64 or Python ints)."""
+        """Page ``number`` of level ``level``: ``page_size`` draws of DLap(λ_level) (int64 or Python ints)."""
         key = (level, number)
         cached = self._pages.get(key)
         if cached is None:
-            rate = self.rates[level - 1]
+            rate = self.rates(level)
             cached = discrete_laplace_block(
-                s=rate.numerator, t=rate.denominator, count=self.page_size, key=self.key, index=_page_index(level, number)
+                s=rate.numerator, t=rate.denominator, count=self.size_of(level), key=self.key, index=_page_index(level, number)
             )
             self._keep(key, cached)
         else:
@@ -249,10 +288,13 @@ class LatticeSource:
             self._pages.popitem(last=False)
 
     def _values(self, offset: int, size: int, level: int) -> np.ndarray:
+        if offset < 0:
+            raise InvalidInputError(f"noise coordinate {offset} of level {level} does not exist")
         parts, position = [], offset
         while position < offset + size:
-            number, start = divmod(position, self.page_size)
-            stop = min(self.page_size, start + offset + size - position)
+            page_size = self.size_of(level)
+            number, start = divmod(position, page_size)
+            stop = min(page_size, start + offset + size - position)
             parts.append(self.page(level, number)[start:stop])
             position += stop - start
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
@@ -294,15 +336,16 @@ def fill_pages(sources: Sequence[LatticeSource], *, offset: int, size: int, leve
     if not sources:
         return
     first = sources[0]
-    rate = first.rates[level - 1]
-    if any(source.rates[level - 1] != rate or source.page_size != first.page_size for source in sources):
+    rate = first.rates(level)
+    page_size = first.size_of(level)
+    if any(source.rates(level) != rate or source.size_of(level) != page_size for source in sources):
         raise InvalidInputError("pages are filled together only for sources with the same rates and page size")
-    for number in range(offset // first.page_size, (offset + size - 1) // first.page_size + 1):
+    for number in range(offset // page_size, (offset + size - 1) // page_size + 1):
         missing = [source for source in sources if (level, number) not in source._pages]
         pages = discrete_laplace_blocks(
             s=rate.numerator,
             t=rate.denominator,
-            count=first.page_size,
+            count=page_size,
             keys=[source.key for source in missing],
             index=_page_index(level, number),
         )
@@ -310,14 +353,43 @@ def fill_pages(sources: Sequence[LatticeSource], *, offset: int, size: int, leve
             source._keep((level, number), page)
 
 
-def decide_roundings(values: np.ndarray, *, engine, decoder: ExactDecoder, source) -> tuple[np.ndarray, np.ndarray]:
-    """(⌊2^-g·v + ½⌋ as int64, the mask of entries decided): v ≈ (L̄_p·Y)_t in float64 (any shape),
-    an entry decided when its distance to the rounding boundary exceeds the proven error bound of
-    v (``ExactDecoder.error_bound`` for the largest noise the source has drawn) plus the float
-    error of forming 2^-g·v + ½; nothing is decided when a noise value was not exact in float64
-    or a result reaches 2^52. Undecided entries must be computed in rationals."""
-    bound = decoder.error_bound(terms=engine.levels, largest=source.largest, largest_norm=source.largest_norm)
-    g = decoder.grid_bits
+class BatchSource:
+    """The integer noise of many coordinates side by side (the keys of a keyed release): ``block``
+    stacks each source's block as a column, every source's pages drawn in one pass."""
+
+    def __init__(self, sources: Sequence[LatticeSource]) -> None:
+        self.sources = list(sources)
+        self.columns = len(self.sources)
+
+    def block(self, offset: int, size: int, level: int = 1) -> np.ndarray:
+        fill_pages(self.sources, offset=offset, size=size, level=level)
+        return np.stack([source.block(offset, size, level) for source in self.sources], axis=1)
+
+    def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
+        return np.stack([self.block(offset, size) for offset in offsets])
+
+    @property
+    def largest(self) -> float:
+        return max(source.largest for source in self.sources)
+
+    @property
+    def largest_norm(self) -> float:
+        return max(source.largest_norm for source in self.sources)
+
+    @property
+    def exact_in_float(self) -> bool:
+        return all(source.exact_in_float for source in self.sources)
+
+
+def decide_roundings(values: np.ndarray, *, terms: int, atoms: ExactDecoder, source) -> tuple[np.ndarray, np.ndarray]:
+    """(⌊2^-g·v + ½⌋ as int64, the mask of entries decided): v ≈ (L̄·Y)_t in float64 (any shape),
+    each a sum of at most ``terms`` terms, an entry decided when its distance to the rounding
+    boundary exceeds the proven error bound of v (``ExactDecoder.error_bound`` for the largest
+    noise the source has drawn) plus the float error of forming 2^-g·v + ½; nothing is decided
+    when a noise value was not exact in float64 or a result reaches 2^52. Undecided entries must
+    be computed in rationals."""
+    bound = atoms.error_bound(terms=terms, largest=source.largest, largest_norm=source.largest_norm)
+    g = atoms.grid_bits
     r = np.ldexp(values, -g) + 0.5
     n = np.floor(r)
     margin = np.minimum(r - n, n + 1 - r)
@@ -325,7 +397,7 @@ def decide_roundings(values: np.ndarray, *, engine, decoder: ExactDecoder, sourc
     decided = (margin > slack) & np.isfinite(r)
     if not source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
         decided[:] = False
-    return n.astype(np.int64), decided
+    return np.where(decided, n, 0).astype(np.int64), decided
 
 
 def round_half_up(value: Fraction) -> int:
@@ -334,37 +406,128 @@ def round_half_up(value: Fraction) -> int:
 
 
 class ExactRelease:
-    """The rounded noise ⌊2^-g·(L̄_p·Y)_t + ½⌋ of one counter coordinate, decided exactly
-    (module docstring). ``noise(start, stop)`` returns int64 values; ``fallbacks`` counts the
-    steps that needed rational arithmetic."""
+    """The rounded noise ⌊2^-g·(L̄·Y)_t + ½⌋ of a streaming decoder (``mechanisms.streaming``) for
+    one noise source, or for many side by side (the keys of a keyed release: one matrix product per
+    base block for all of them), every rounding decided exactly (module docstring): in floats with
+    the proven error bound of the largest noise over all sources (the bound grows with it, so it
+    holds for each), the rest in rationals by that source's own noise. ``noise(start, stop)``
+    returns int64 values (an object array of Python ints if one does not fit), shape (steps,) for
+    one source and (steps, sources) for many; ``fallbacks`` counts the values decided in rationals."""
 
-    def __init__(self, *, engine, decoder: ExactDecoder, source: LatticeSource) -> None:
-        self.engine, self.decoder, self.source = engine, decoder, source
+    def __init__(self, *, decoder, atoms: ExactDecoder, sources: Sequence[LatticeSource]) -> None:
+        self.decoder, self.atoms, self.sources = decoder, atoms, list(sources)
+        self.source = self.sources[0] if len(self.sources) == 1 else BatchSource(self.sources)
         self.fallbacks = 0
-        self._solved: OrderedDict[tuple[int, int], list[Fraction]] = OrderedDict()
+        self._state = decoder.init()
+        self._solved: OrderedDict[tuple[int, int, int], tuple[list[int], int]] = OrderedDict()
 
     def noise(self, start: int, stop: int) -> np.ndarray:
-        out, decided = decide_roundings(
-            self.engine.values(start, stop), engine=self.engine, decoder=self.decoder, source=self.source
-        )
-        for index in np.flatnonzero(~decided):
-            out[index] = self.exact_value(start + int(index))
-            self.fallbacks += 1
+        if self._state.t != start:
+            self._state = self.decoder.init(start=start)
+        values, self._state = self.decoder.next(self._state, self.source, steps=stop - start)
+        out, decided = decide_roundings(values, terms=self.decoder.max_terms(stop), atoms=self.atoms, source=self.source)
+        undecided = np.argwhere(~decided)
+        if len(undecided):
+            exact = [self.exact_value(start + int(index[0]), int(index[1]) if out.ndim > 1 else 0) for index in undecided]
+            if any(not -(2**62) < value < 2**62 for value in exact):
+                out = out.astype(object)
+            for index, value in zip(undecided, exact, strict=True):
+                out[tuple(index)] = value
+            self.fallbacks += len(exact)
         return out
 
-    def exact_value(self, t: int) -> int:
-        """⌊2^-g·(L̄_p·Y)_t + ½⌋ in rational arithmetic."""
-        total = Fraction(0)
-        for level, offset, row, sign in self.engine.terms(t):
-            total += sign * self._prefix(offset, level)[row]
-        return round_half_up(total)
+    def exact_value(self, t: int, column: int = 0) -> int:
+        """⌊2^-g·(L̄·Y)_t + ½⌋ of source ``column`` in exact integer arithmetic: every term's row
+        over one common denominator (the weights are dyadic), then floor((2N + D)/(2D))."""
+        numerator, denominator = 0, 1
+        for term in self.decoder.terms(t):
+            rows, scale = self._prefix(column, term.offset, term.level)
+            weight = Fraction(term.weight)
+            value_num, value_den = weight.numerator * rows[term.row], weight.denominator * scale
+            numerator, denominator = numerator * value_den + value_num * denominator, denominator * value_den
+            common = math.gcd(numerator, denominator)
+            numerator, denominator = numerator // common, denominator // common
+        return (2 * numerator + denominator) // (2 * denominator)
 
-    def _prefix(self, offset: int, level: int) -> list[Fraction]:
-        key = (offset, level)
+    def _prefix(self, column: int, offset: int, level: int) -> tuple[list[int], int]:
+        key = (column, offset, level)
         cached = self._solved.get(key)
         if cached is None:
-            cached = self.decoder.exact_rows(self.source.integers(offset, self.decoder.inner_size, level))
+            cached = self.atoms.exact_rows(self.sources[column].integers(offset, self.atoms.inner_size, level))
             self._solved[key] = cached
             if len(self._solved) > 16:
                 self._solved.popitem(last=False)
         return cached
+
+
+# ---------------------------------------------------------------------------------------------
+# The decoder bound, and its cache.
+
+BOUND_FORMAT = "pure_dp_mf.decoder_bound/1"
+
+
+def _decoder_bound(P: np.ndarray, M: np.ndarray, grid_bits: int, h: int) -> tuple[float, float, float]:
+    """(τ, ρ, a) of the module docstring for R̃ = P·2^-g and L̃ = M·2^-h, in integers
+    (``exact.neumann_series``); refuses ρ ≥ 1 (R̃ not shown invertible)."""
+    with exact.flint_threads():
+        series = exact.neumann_series(P, exact.integer_matrix(M), grid_bits=grid_bits, decoder_bits=h, second_order=False)
+    rho = series.rho
+    if rho >= 1:
+        raise InvalidInputError(
+            f"the base decoder cannot be bounded: ‖(L̃R̃ − T_k)·T_k⁻¹‖∞ ≥ {float(rho):.3g} ≥ 1 (is the encoder invertible?)"
+        )
+    first = exact.sqrt_upper(gmpy2.mpq(max(series.first_squares), gmpy2.mpz(4) ** series.scale_bits))
+    tau = float_upper(first / (1 - rho))
+    row_abs = float_upper(Fraction(max(exact.row_abs_sums(M.tolist())), 1 << h))
+    return tau, float(rho), row_abs
+
+
+def _bound_tag(P: np.ndarray, M: np.ndarray, grid_bits: int, h: int) -> str:
+    """sha256 of exactly the integer matrices (and g, h) a decoder bound is proven for."""
+    digest = hashlib.sha256(f"{BOUND_FORMAT}:{grid_bits}:{h}:{P.shape}:{M.shape}:".encode())
+    digest.update(np.ascontiguousarray(P, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(M, dtype="<i8").tobytes())
+    return digest.hexdigest()
+
+
+def bound_cache_folder() -> Path | None:
+    """Where proven decoder bounds are kept between processes: ``$PURE_DP_MF_CACHE`` ("off": no
+    cache), else ``$XDG_CACHE_HOME/pure_dp_mf/decoder_bounds`` (default ``~/.cache/…``).
+
+    The bound of a k = 2048 base costs about half a minute of exact arithmetic; it is a function of
+    the integer matrices alone (``_bound_tag``), so it is proven once per machine and read back
+    after. A cache entry is trusted like the installed code (a user who can write it can also
+    change the code); it lives in the user's own cache folder, created with mode 0700."""
+    setting = os.environ.get("PURE_DP_MF_CACHE")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting)
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "pure_dp_mf" / "decoder_bounds"
+
+
+def _cached_bound(tag: str) -> tuple[float, float, float] | None:
+    folder = bound_cache_folder()
+    if folder is None:
+        return None
+    try:
+        record = json.loads((folder / f"{tag}.json").read_text(encoding="utf-8"))
+        if record.get("format") != BOUND_FORMAT or record.get("tag") != tag:
+            return None
+        return float.fromhex(record["tau"]), float.fromhex(record["rho"]), float.fromhex(record["row_abs"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _store_bound(tag: str, bound: tuple[float, float, float]) -> None:
+    folder = bound_cache_folder()
+    if folder is None:
+        return
+    tau, rho, row_abs = bound
+    record = {"format": BOUND_FORMAT, "tag": tag, "tau": tau.hex(), "rho": rho.hex(), "row_abs": row_abs.hex()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write_text(folder / f"{tag}.json", json.dumps(record))
+    except OSError:
+        pass  # a cache that cannot be written only costs the next process the computation

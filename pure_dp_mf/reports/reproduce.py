@@ -33,6 +33,7 @@ import math
 import platform
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -472,18 +473,13 @@ def _gaussian(section: Section, context: _Context) -> None:
 
 
 def _best_maxse_base(context: _Context, n: int):
-
-    best = None
-    for path in resources.base_files(context.bases):
-        if not path.name.endswith("_maxse.npz"):
-            continue
-        base = Factorization.load(path)
-        plan = lift.lift_plan(base=base, n=n, metric="maxse")
-        if best is None or plan.costs.max_se < best[2].costs.max_se:
-            best = (path, base, plan)
-    if best is None:
+    """The MaxSE base of the report's folder that the planner ranks best for n, its file and plan."""
+    rows = [row for row in compare.lifted_rows(n=n, directory=context.bases) if row.metric == "maxse"]
+    if not rows:
         raise InvalidInputError(f"no MaxSE base factorization (k*_maxse.npz) in {context.bases}")
-    return best
+    path = Path(str(rows[0].base_file))
+    base = Factorization.load(path)
+    return path, base, lift.lift_plan(base=base, n=n, metric="maxse")
 
 
 def _streaming(section: Section, context: _Context) -> None:
@@ -496,11 +492,15 @@ def _streaming(section: Section, context: _Context) -> None:
     counters = []
     for run in range(runs):
         context.say(f"streaming: run {run + 1}/{runs}")
-        counters.append(ContinualCounter(base=path, epsilon=epsilon, horizon=n, rng=NoiseGenerator.from_seed(run)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # seeded on purpose: a reproducible demonstration
+            counters.append(
+                ContinualCounter(base=path, epsilon=epsilon, horizon=n, metric="maxse", rng=NoiseGenerator.from_seed(run))
+            )
         errors[run] = counters[-1].counts(stream) - truth
     counter = counters[-1]
     family = lift.LiftedFamily(base=base, metric="maxse")
-    if list(counter.alphas) != [float(a) for a in family.plan(n=n).alphas]:
+    if list(counter.mechanism.alphas or ()) != list(family.plan(n=n).alphas_exact):
         raise PureDPMFError("the counter's lifting parameters differ from lift_plan's")
     variance = 2 * counter.scale**2 * family.row_norms_squared(n=n)
     predicted_max, predicted_mean = float(variance.max()), float(variance.mean())

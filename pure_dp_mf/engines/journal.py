@@ -1,0 +1,441 @@
+"""The journal: a counter's state, one SQLite database, locked by its process, committed with the registry.
+
+Every engine (one stream, many keys, the anytime counter; Spark through its driver) keeps its
+state here. What it guarantees (proofs and the tests that attack each in docs/privacy.md,
+"The journal"):
+
+* **Atomic, durable commits.** A commit (``commit``) writes the new released count, the
+  engine's progress record (prefix sums, post-processing, contribution bounds) and the released
+  rows of the committed steps, and updates the lineage's record in the registry, in *one*
+  SQLite transaction across both databases (the registry is attached to the state's
+  connection; rollback journals, ``synchronous=FULL``): after a crash both hold the state before
+  or both the state after. An engine commits before it shows a release, so a crash never loses
+  a released step and never releases one twice.
+* **One process, one state.** The state is opened in SQLite's exclusive locking mode and its
+  lock taken before anything is read: a second process (or a second counter in this one, or the
+  same file through a symlink or a hard link) is refused at once, and the kernel drops the lock
+  when the process ends, however it ends. There is no lock file to delete.
+* **No copy is ever resumed.** Opening checks the state against the registry (``registry.
+  check_state``): a step count that differs from the lineage's, or a copy at another path while
+  the lineage's own state still exists, is refused, at step 0 too. ``move`` carries a state to
+  another path (the old file is marked moved and refused thereafter).
+* **The generator key** (in the header) is claimed for the lineage in the registry: a key
+  feeding another lineage is refused.
+
+The released rows are kept in ``blocks`` (one row per commit: first and last step and the
+rows), all of them (``history=True``: single counters, so that ``releases`` reads back what was
+released and a re-run of a released step returns it) or the last commit's (keyed counters).
+States are created atomically (a temporary file, linked into place) with mode 0600: they hold
+the generator key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pure_dp_mf.engines import registry as registry_module
+from pure_dp_mf.errors import PureDPMFError
+
+FORMAT = "pure_dp_mf.journal/1"
+_TABLES = """
+CREATE TABLE header (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE progress (id INTEGER PRIMARY KEY CHECK (id = 0), released INTEGER NOT NULL, record TEXT NOT NULL);
+CREATE TABLE blocks (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, rows BLOB NOT NULL);
+"""
+
+
+class StateFileError(PureDPMFError):
+    """A counter state is missing, corrupted, in use, a copy, or belongs to another counter."""
+
+
+class StorageError(PureDPMFError):
+    """Writing a state or an output failed (a full disk, a file-size limit, a read-only place);
+    the state is left as it was before the write."""
+
+
+def storage_error(path: object, error: BaseException) -> StorageError:
+    """One line naming the path and the cause of a failed write."""
+    reason = getattr(error, "strerror", None) or str(error)
+    return StorageError(f"cannot write {path}: {reason}; the state is intact, run again the same way to continue")
+
+
+def encode_rows(rows: np.ndarray | Sequence) -> bytes:
+    """Released rows as bytes: int64 when every value fits, else exact JSON integers."""
+    array = np.asarray(rows)
+    if array.dtype != object and np.issubdtype(array.dtype, np.integer):
+        return b"i8" + json.dumps(list(array.shape)).encode() + b"\n" + np.ascontiguousarray(array, dtype="<i8").tobytes()
+    return b"js" + json.dumps(np.asarray(rows, dtype=object).tolist(), default=int).encode()
+
+
+def decode_rows(data: bytes) -> np.ndarray:
+    """The inverse of ``encode_rows`` (an int64 array, or an object array of Python ints)."""
+    if data[:2] == b"i8":
+        shape_text, raw = data[2:].split(b"\n", 1)
+        return np.frombuffer(raw, dtype="<i8").reshape(json.loads(shape_text)).copy()
+    return np.array(json.loads(data[2:]), dtype=object)
+
+
+def _checksum(header: dict) -> str:
+    return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
+
+
+class Journal:
+    """An open, locked state (module docstring). Made by ``create`` or ``open``; ``close`` it (or
+    let the process end) to release it."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection, header: dict, registry: Path) -> None:
+        self.path = path
+        self._connection: sqlite3.Connection | None = connection
+        self.header = header
+        self.registry = registry
+        released, record = connection.execute("SELECT released, record FROM progress WHERE id = 0").fetchone()
+        self.released: int = int(released)
+        self.progress: dict = json.loads(record)
+        self.resumed = False
+        self.registry_status = "new"
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        *,
+        header: dict,
+        progress: dict,
+        history: bool,
+        registry: str | os.PathLike | None = None,
+    ) -> Journal:
+        """A new state at ``path`` (refused when the path exists), with ``header`` (must hold
+        ``lineage`` and ``generator``, the generator's record), the engine's initial
+        ``progress`` and its choice of ``history`` (keep every released block, or the last)."""
+        path = Path(path)
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise StateFileError(f"cannot create the state {path}: folder {folder} does not exist")
+        if path.exists() or path.is_symlink():
+            raise StateFileError(f"{path} already exists; resume it, or choose another state path")
+        header = {**header, "format": FORMAT, "history": bool(history), "created": time.time()}
+        header["checksum"] = _checksum(header)
+        _claim_first(header, registry)  # a generator that feeds another lineage is refused before any file exists
+        temporary = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            with sqlite3.connect(temporary, isolation_level=None) as building:
+                building.executescript(_TABLES)
+                building.execute("BEGIN")
+                building.executemany("INSERT INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in header.items()])
+                building.execute("INSERT INTO progress VALUES (0, 0, ?)", (json.dumps(progress),))
+                building.execute("COMMIT")
+            building.close()
+            _fsync_file(temporary)
+            os.link(temporary, path)  # fails if another process created it meanwhile: theirs stands
+            _fsync_folder(folder)
+        except FileExistsError:
+            raise StateFileError(f"{path} already exists; resume it, or choose another state path") from None
+        except (OSError, sqlite3.Error) as error:
+            raise storage_error(path, error) from None
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+        try:
+            return cls.open(path, registry=registry, _new=True)
+        except BaseException:
+            path.unlink(missing_ok=True)  # nothing was released on it: a failed creation leaves no state
+            raise
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, registry: str | os.PathLike | None = None, _new: bool = False) -> Journal:
+        """The state at ``path``, locked for this process and checked against the registry.
+
+        Raises:
+            StateFileError: missing, not a state, corrupted, in use by another counter, moved.
+            RegistryError: a copy, an older or newer version than its lineage's record, or a
+                generator that feeds another lineage.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise StateFileError(f"{path}: no such state file")
+        connection = _lock(path)
+        try:
+            header = _read_header(path, connection)
+            if header.get("moved_to"):
+                raise StateFileError(f"{path}: this state was moved to {header['moved_to']}; resume that one")
+            registry_path = registry_module.registry_path(registry)
+            _attach_registry(connection, registry_path)
+            journal = cls(path, connection, header, registry_path)
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                key = secure_key(header)
+                if key is not None:
+                    registry_module.claim_generator(
+                        connection,
+                        key=key,
+                        lineage=header["lineage"],
+                        what=str(header.get("what", "counter")),
+                        schema="registry",
+                    )
+                journal.registry_status = registry_module.check_state(
+                    connection, lineage=header["lineage"], state=path, released=journal.released, schema="registry"
+                )
+                if journal.registry_status == "unknown" or _new:
+                    _record_lineage(connection, header, path, journal.released)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            journal.resumed = not _new
+            return journal
+        except BaseException:
+            connection.close()
+            raise
+
+    # ------------------------------------------------------------------ committing
+
+    @property
+    def lineage(self) -> str:
+        return str(self.header["lineage"])
+
+    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None) -> None:
+        """One atomic, durable commit: the released count, the progress record, the released rows
+        of steps ``first`` … released − 1 (0-based; kept as ``history`` says) and the lineage's
+        record in the registry."""
+        connection = self._live()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.execute(
+                    "UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress))
+                )
+                if rows is not None and first is not None and released > first:
+                    if not self.header["history"]:
+                        connection.execute("DELETE FROM blocks")
+                    connection.execute(
+                        "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)", (int(first), int(released) - 1, encode_rows(rows))
+                    )
+                changed = connection.execute(
+                    "UPDATE registry.lineages SET released = ?, updated = ? WHERE lineage = ?",
+                    (int(released), time.time(), self.lineage),
+                ).rowcount
+                if changed != 1:
+                    _record_lineage(connection, self.header, self.path, int(released))
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise storage_error(self.path, error) from None
+        self.released, self.progress = int(released), progress
+
+    def update_header(self, changes: dict) -> None:
+        """Change header fields (what the counter runs from now on: an extended counter's
+        mechanism) in one atomic, durable transaction; the lineage, generator and format stay."""
+        fixed = {"lineage", "generator", "format", "checksum", "history", "created"}
+        if fixed & set(changes):
+            raise StateFileError(f"the header fields {sorted(fixed & set(changes))} of a state never change")
+        header = {k: v for k, v in {**self.header, **changes}.items() if k not in ("checksum", "moved_to")}
+        header["checksum"] = _checksum(header)
+        connection = self._live()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany(
+                    "INSERT OR REPLACE INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in header.items()]
+                )
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as error:
+            raise storage_error(self.path, error) from None
+        self.header = header
+
+    def blocks(self, first: int = 0, stop: int | None = None) -> list[tuple[int, np.ndarray]]:
+        """The kept released blocks overlapping steps [first, stop) (0-based): (first step, rows)."""
+        stop = self.released if stop is None else stop
+        rows = (
+            self._live()
+            .execute("SELECT first, rows FROM blocks WHERE last >= ? AND first < ? ORDER BY first", (int(first), int(stop)))
+            .fetchall()
+        )
+        return [(int(start), decode_rows(data)) for start, data in rows]
+
+    def rows(self, first: int, stop: int) -> list:
+        """The released rows of steps [first, stop) (0-based), as kept (a clear error for steps not kept)."""
+        out: list = []
+        for start, block in self.blocks(first, stop):
+            for offset in range(max(first - start, 0), min(len(block), stop - start)):
+                out.append(block[offset])
+        if len(out) != stop - first:
+            raise StateFileError(f"{self.path}: the state keeps the released rows of steps it last committed only")
+        return out
+
+    # ------------------------------------------------------------------ moving and closing
+
+    def move(self, path: str | os.PathLike) -> None:
+        """Carry this state to ``path`` (a new file, locked; the registry follows), and mark the old
+        file moved: it is refused thereafter, so the two can never both release."""
+        target = Path(path)
+        if target.resolve() == self.path.resolve():
+            return
+        connection = self._live()
+        folder = target.parent if str(target.parent) else Path(".")
+        if target.exists() or not folder.is_dir():
+            raise StateFileError(f"cannot move the state to {target}: it exists or its folder does not")
+        temporary = folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            connection.execute("VACUUM main INTO ?", (str(temporary),))
+            _fsync_file(temporary)
+            os.link(temporary, target)
+            _fsync_folder(folder)
+        except (OSError, sqlite3.Error) as error:
+            raise storage_error(target, error) from None
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("INSERT OR REPLACE INTO header VALUES ('moved_to', ?)", (json.dumps(str(target.resolve())),))
+        connection.execute(
+            "UPDATE registry.lineages SET state = ?, updated = ? WHERE lineage = ?",
+            (str(target.resolve()), time.time(), self.lineage),
+        )
+        connection.execute("COMMIT")
+        self.close()
+        moved = Journal.open(target, registry=self.registry)
+        self.path, self._connection = moved.path, moved._connection
+        moved._connection = None
+
+    def close(self) -> None:
+        """Release the state (also released when the process ends); the journal refuses commits after."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    @property
+    def closed(self) -> bool:
+        return self._connection is None
+
+    def _live(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StateFileError(f"{self.path}: the counter was closed or its state moved; it releases nothing more")
+        return self._connection
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _lock(path: Path) -> sqlite3.Connection:
+    """A connection holding the state's exclusive lock (refused at once when another holds it)."""
+    try:
+        connection = sqlite3.connect(path, isolation_level=None, timeout=0)
+        connection.execute("PRAGMA main.locking_mode = EXCLUSIVE")
+        connection.execute("PRAGMA main.journal_mode = DELETE")
+        connection.execute("PRAGMA main.synchronous = FULL")
+        connection.execute("BEGIN EXCLUSIVE")
+        connection.execute("COMMIT")
+    except sqlite3.OperationalError as error:
+        if "locked" in str(error) or "busy" in str(error):
+            raise StateFileError(
+                f"{path} is in use by another counter (its lock is held); two runs on one state would release the same "
+                "steps twice"
+            ) from None
+        raise StateFileError(f"{path}: not a counter state ({error})") from None
+    except sqlite3.DatabaseError as error:
+        raise StateFileError(f"{path}: not a counter state ({error})") from None
+    return connection
+
+
+def _read_header(path: Path, connection: sqlite3.Connection) -> dict:
+    try:
+        header = {name: json.loads(value) for name, value in connection.execute("SELECT name, value FROM header")}
+        connection.execute("SELECT released, record FROM progress WHERE id = 0").fetchone()
+    except (sqlite3.Error, ValueError):
+        raise StateFileError(f"{path}: not a counter state (format {FORMAT!r} expected)") from None
+    moved = header.pop("moved_to", None)
+    if header.get("format") != FORMAT:
+        raise StateFileError(f"{path}: not a counter state of this version (format {FORMAT!r} expected)")
+    if header.get("checksum") != _checksum({k: v for k, v in header.items() if k != "checksum"}):
+        raise StateFileError(f"{path}: corrupted state (header checksum mismatch)")
+    if not isinstance(header.get("lineage"), str):
+        raise StateFileError(f"{path}: corrupted state (no lineage)")
+    if moved:
+        header["moved_to"] = moved
+    return header
+
+
+def _claim_first(header: dict, registry: str | os.PathLike | None) -> None:
+    """Claim the header's secure generator for its lineage in the registry (``registry.claim_generator``)."""
+    key = secure_key(header)
+    if key is None:
+        return
+    connection = registry_module.connect(registry)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            registry_module.claim_generator(
+                connection, key=key, lineage=header["lineage"], what=str(header.get("what", "counter"))
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    finally:
+        connection.close()
+
+
+def _attach_registry(connection: sqlite3.Connection, path: Path) -> None:
+    registry_module.connect(path).close()  # create it (folder 0700, file 0600, tables) when missing
+    connection.execute(f"PRAGMA busy_timeout = {registry_module.BUSY_TIMEOUT_MS}")
+    connection.execute("ATTACH DATABASE ? AS registry", (str(path),))
+    connection.execute("PRAGMA registry.journal_mode = DELETE")
+    connection.execute("PRAGMA registry.synchronous = FULL")
+
+
+def _record_lineage(connection: sqlite3.Connection, header: dict, path: Path, released: int) -> None:
+    now = time.time()
+    key = secure_key(header)
+    tag = registry_module.generator_tag(key) if key is not None else "seeded"
+    connection.execute(
+        "INSERT OR REPLACE INTO registry.lineages VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (header["lineage"], tag, str(path.resolve()), int(released), str(header.get("what", "counter")), now, now),
+    )
+
+
+def secure_key(header: dict) -> bytes | None:
+    """The secure generator key of a state's header (its ``generator`` record), None when seeded."""
+    record = header.get("generator")
+    if not isinstance(record, dict) or record.get("seeded", True):
+        return None
+    try:
+        return bytes.fromhex(str(record["key"]))
+    except (KeyError, ValueError):
+        raise StateFileError("corrupted state (its generator record has no valid key)") from None
+
+
+def _fsync_file(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _fsync_folder(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,398 @@
+"""Keyed counts in and out: events from CSV or Parquet, released rows to CSV, JSON Lines or Parquet.
+
+``run_keyed_file`` is what ``pure-dp-mf count --key-column …`` does on the local engine: read
+the public keys, check the whole input before the first release (a file: every event of a listed
+key in the schedule must parse, lie in [0, m] and come in step order; otherwise nothing is
+released and the state is untouched), then release every key at every step of the public
+schedule (``keyed.run_keyed``), writing each step before the next.
+
+Events of unlisted keys and of steps outside the schedule are dropped before they are looked
+at, so neither their values nor their order can stop a run or change what it says. What happens
+to an invalid event of a listed key is a policy fixed up front (``io.INVALID_POLICIES``): a file
+is refused whole ("refuse"), or the event is dropped ("zero"), its value clamped to [0, m]
+("clamp"), or the run stopped at it ("stop": not private). Diagnostics about the data (counts of
+dropped events) go to an operator log only when one is asked for.
+
+Outputs: csv (RFC 4180, the column names first; the metadata in ``OUT.meta.json``), jsonl (a
+header record first) and parquet (the metadata in the schema's key-value metadata). With a state
+the output holds each released step exactly once across kills and restarts: csv and jsonl are
+completed from the state, and parquet becomes a folder of one file per step, each written
+atomically after the state records the step.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, write_sidecar
+from pure_dp_mf.engines.journal import storage_error
+from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import parse_integer
+
+KEYED_FORMATS = ("csv", "jsonl", "parquet")
+COLUMNS = ("key", "step", "count", "std", "lower", "upper")
+STEP_FILE = "step-{:08d}.parquet"
+
+
+def read_keys(path: Path) -> list[str]:
+    """One key per line; a UTF-8 BOM dropped; blank lines are an error."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise InvalidInputError(f"--keys {path}: line {number} is blank")
+    try:
+        return check_keys(line.strip() for line in lines)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"--keys {path}: {error}") from None
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise InvalidInputError("Parquet needs pyarrow: pip install 'pure-dp-mf[parquet]' (or pip install pyarrow)") from None
+    return pyarrow
+
+
+class EventReader:
+    """The events of a CSV (text) or Parquet input as ``KeyedEvent``s (module docstring).
+    ``dropped`` counts the events dropped unseen (unlisted keys, steps outside the schedule) and
+    by the policy: an operator diagnostic, never released."""
+
+    def __init__(
+        self,
+        *,
+        keys: list[str],
+        key_column: str,
+        step_column: str,
+        value_column: str | None,
+        user_column: str | None,
+        through: int,
+        max_value: int,
+        policy: str,
+    ) -> None:
+        if policy not in INVALID_POLICIES:
+            raise InvalidInputError(f"--invalid must be one of {', '.join(INVALID_POLICIES)}, got {policy!r}")
+        self.keys = set(keys)
+        self.columns = {
+            "--key-column": key_column,
+            "--step-column": step_column,
+            "--column": value_column,
+            "--user-column": user_column,
+        }
+        self.through, self.max_value, self.policy = through, max_value, policy
+        self.dropped = 0
+        self.invalid = 0
+
+    def rows(self, path: Path | None) -> Iterator[list[str]]:
+        """The input's rows as strings, the header first (a Parquet file's columns as text)."""
+        if path is not None and path.suffix == ".parquet":
+            yield from _parquet_rows(path)
+            return
+        stream: IO[str] = open(path, encoding="utf-8", newline="", errors="strict") if path is not None else sys.stdin
+        csv.field_size_limit(MAX_FIELD)
+        try:
+            yield from csv.reader(stream)
+        except UnicodeDecodeError as error:
+            raise InvalidInputError(f"the input is not UTF-8 text (byte {error.start})") from None
+        except csv.Error as error:
+            raise InvalidInputError(f"the input is not valid CSV: {error}") from None
+        finally:
+            if path is not None:
+                stream.close()
+
+    def events(self, path: Path | None) -> Iterator[KeyedEvent]:
+        rows = self.rows(path)
+        try:
+            header = [name.strip().lstrip("\ufeff") for name in next(rows)]
+        except StopIteration:
+            raise InvalidInputError("the input is empty: a CSV header line is needed") from None
+        positions = {}
+        for flag, name in self.columns.items():
+            if name is not None:
+                if name not in header:
+                    raise InvalidInputError(f"{flag} {name!r}: no such column in the header ({', '.join(header)})")
+                positions[flag] = header.index(name)
+        last = 0
+        for number, row in enumerate(rows, start=2):
+            event = self._event(row, number, positions, last)
+            if event is not None:
+                last = event.step
+                yield event
+
+    def _event(self, row: list[str], number: int, positions: dict, last: int) -> KeyedEvent | None:
+        """One row's event, None when dropped (unseen or by the policy)."""
+        if len(row) != len(positions) and len(row) < max(positions.values()) + 1:
+            return self._invalid(f"line {number}: {len(row)} field(s), fewer than the header's")
+        key = row[positions["--key-column"]].strip()
+        if key not in self.keys:
+            self.dropped += 1
+            return None
+        try:
+            step = parse_integer(row[positions["--step-column"]], what=f"line {number}: --step-column")
+        except InvalidInputError as error:
+            return self._invalid(str(error))
+        if not 1 <= step <= self.through:
+            self.dropped += 1
+            return None
+        if step < last:
+            return self._invalid(f"line {number}: step {step} goes backwards (after step {last}); sort the input by step")
+        try:
+            value = parse_integer(row[positions["--column"]], what=f"line {number}: --column") if "--column" in positions else 1
+        except InvalidInputError as error:
+            return self._invalid(str(error))
+        if not 0 <= value <= self.max_value:
+            if self.policy == "clamp":
+                self.invalid += 1
+                value = min(max(value, 0), self.max_value)
+            else:
+                return self._invalid(f"line {number}: value {value} is outside [0, {self.max_value}] (--max-value)")
+        user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
+        return KeyedEvent(key=key, step=step, value=value, user=user)
+
+    def _invalid(self, message: str) -> KeyedEvent | None:
+        """None (the event dropped, counted), or the error of policy "refuse" or "stop"."""
+        if self.policy in ("refuse", "stop"):
+            raise InvalidInputError(message)
+        self.invalid += 1
+        return None
+
+
+def _parquet_rows(path: Path) -> Iterator[list[str]]:
+    pyarrow = _pyarrow()
+    try:
+        table = pyarrow.parquet.ParquetFile(path)
+    except (OSError, pyarrow.ArrowInvalid) as error:
+        raise InvalidInputError(f"{path}: not a Parquet file ({error})") from None
+    yield list(table.schema_arrow.names)
+    for batch in table.iter_batches():
+        columns = [column.to_pylist() for column in batch.columns]
+        for row in zip(*columns, strict=True):
+            yield ["" if value is None else str(value) for value in row]
+
+
+# ------------------------------------------------------------------------------------- output
+
+
+def csv_field(text: str) -> str:
+    """A CSV field quoted as RFC 4180 asks (commas, quotes, line breaks)."""
+    if any(character in text for character in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def render_rows(keys: list[str], output_format: str):
+    """rows(step, counts, std, lower, upper) → the text of one step's rows."""
+
+    def rows(step: int, counts, std: float, lower, upper) -> str:
+        records = zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
+        if output_format == "csv":
+            return "".join(f"{csv_field(key)},{step},{c},{std:.6g},{lo},{hi}\n" for key, c, lo, hi in records)
+        return "".join(
+            json.dumps({"key": key, "step": step, "count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi}) + "\n"
+            for key, c, lo, hi in records
+        )
+
+    return rows
+
+
+def step_schema(summary: dict):
+    """The columns key, step, count, std, lower, upper; the summary in the key-value metadata."""
+    pyarrow = _pyarrow()
+    fields = [("key", pyarrow.string()), ("step", pyarrow.int64()), ("count", pyarrow.int64())]
+    fields += [("std", pyarrow.float64()), ("lower", pyarrow.int64()), ("upper", pyarrow.int64())]
+    return pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
+
+
+def step_table(*, step: int, counts, std: float, lower, upper, keys: list[str], summary: dict):
+    pyarrow = _pyarrow()
+    columns = [keys, [step] * len(keys), counts.tolist(), [std] * len(keys), lower.tolist(), upper.tolist()]
+    return pyarrow.Table.from_arrays([pyarrow.array(c) for c in columns], schema=step_schema(summary))
+
+
+def write_step_file(folder: Path, *, step: int, table) -> None:
+    """One step's Parquet file, written atomically."""
+    from pure_dp_mf.atomic import atomic_write_bytes
+
+    pyarrow = _pyarrow()
+    buffer = pyarrow.BufferOutputStream()
+    pyarrow.parquet.write_table(table, buffer)
+    atomic_write_bytes(folder / STEP_FILE.format(step), buffer.getvalue().to_pybytes())
+
+
+class KeyedSink:
+    """Where a keyed run writes: a text file (or standard output) or Parquet, completed after a
+    crash from the state (the last released step, kept there: the same values, no new noise)."""
+
+    def __init__(
+        self, *, counters: KeyedCounters, output: Path | None, output_format: str, summary: dict, beta: float, resumed: bool
+    ):
+        if output_format not in KEYED_FORMATS:
+            raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
+        if output_format == "parquet" and output is None:
+            raise InvalidInputError("--format parquet needs --output (a file; with --state, a folder of one file per step)")
+        self.counters, self.output, self.format, self.summary, self.beta = counters, output, output_format, summary, beta
+        self.keys = counters.keys
+        self.folder = output_format == "parquet" and counters.journal is not None
+        self.render = render_rows(self.keys, output_format)
+        self.durable = output is not None and counters.journal is not None
+        self._writer = None
+        self._stream: IO[str] | None = None
+        self._open(resumed)
+
+    def _open(self, resumed: bool) -> None:
+        output = self.output
+        if output is not None and not resumed:
+            if output.is_dir() and not self.folder:
+                raise InvalidInputError(f"--output {output} is a folder, not a file")
+            if (output.is_dir() and any(output.iterdir())) or (output.is_file() and output.stat().st_size > 0):
+                raise InvalidInputError(f"--output {output} already exists and is not empty")
+            if not output.parent.is_dir():
+                raise InvalidInputError(f"--output {output}: folder {output.parent} does not exist")
+        if self.format == "csv" and output is not None:
+            write_sidecar(output, self.summary)
+        if self.folder:
+            assert output is not None
+            if output.exists() and not output.is_dir():
+                raise InvalidInputError(
+                    f"--output {output}: with --format parquet and --state the output is a folder of one file per step"
+                )
+            output.mkdir(exist_ok=True)
+            self._complete_folder()
+        elif self.format == "parquet":
+            assert output is not None
+            self._writer = _pyarrow().parquet.ParquetWriter(output, step_schema(self.summary))
+        elif output is None:
+            self._stream = sys.stdout
+            if not resumed:
+                self._stream.write(self._header())
+        else:
+            self._stream = self._completed_text(output) if resumed else open(output, "w", encoding="utf-8")
+            if not resumed:
+                self._stream.write(self._header())
+
+    def _header(self) -> str:
+        if self.format == "csv":
+            return ",".join(COLUMNS) + "\n"
+        return json.dumps({"header": self.summary}, ensure_ascii=False, sort_keys=True) + "\n"
+
+    def _completed_text(self, output: Path) -> IO[str]:
+        """Whole steps kept, a partial step or line cut, the last released step written if missing."""
+        header = self._header()
+        text = output.read_text(encoding="utf-8") if output.exists() else ""
+        lines = text[: text.rfind("\n") + 1].splitlines(keepends=True)
+        header_lines = header.count("\n")
+        body = lines[header_lines:] if len(lines) >= header_lines else []
+        steps = len(body) // len(self.keys)
+        released = self.counters.released
+        if not released - 1 <= steps <= released:
+            raise InvalidInputError(f"--output {output} holds {steps} steps but the state has released {released}")
+        kept = ("".join(lines[:header_lines]) if len(lines) >= header_lines else header) + "".join(body[: steps * len(self.keys)])
+        stream = open(output, "w", encoding="utf-8")
+        stream.write(kept)
+        if steps < released:
+            stream.write(self.render(released, *self.counters.step_rows(released, beta=self.beta)))
+        stream.flush()
+        os.fsync(stream.fileno())
+        return stream
+
+    def _complete_folder(self) -> None:
+        assert self.output is not None
+        folder, released = self.output, self.counters.released
+        for leftover in folder.glob(".step-*.tmp"):
+            leftover.unlink()
+        names = sorted(path.name for path in folder.iterdir())
+        steps = len(names)
+        if names != [STEP_FILE.format(step) for step in range(1, steps + 1)] or not released - 1 <= steps <= released:
+            raise InvalidInputError(
+                f"--output {folder} holds {steps} file(s) but the state has released {released} step(s) "
+                f"(expected {STEP_FILE.format(1)} … {STEP_FILE.format(max(released, 1))})"
+            )
+        if steps < released:
+            counts, std, lower, upper = self.counters.step_rows(released, beta=self.beta)
+            table = step_table(
+                step=released, counts=counts, std=std, lower=lower, upper=upper, keys=self.keys, summary=self.summary
+            )
+            write_step_file(folder, step=released, table=table)
+
+    def write(self, step: int, counts: np.ndarray, std: float, lower: np.ndarray, upper: np.ndarray) -> None:
+        try:
+            if self._stream is not None:
+                self._stream.write(self.render(step, counts, std, lower, upper))
+                self._stream.flush()
+                if self.durable:
+                    os.fsync(self._stream.fileno())
+                return
+            table = step_table(step=step, counts=counts, std=std, lower=lower, upper=upper, keys=self.keys, summary=self.summary)
+            if self.folder:
+                assert self.output is not None
+                write_step_file(self.output, step=step, table=table)
+            elif self._writer is not None:
+                self._writer.write_table(table)
+        except OSError as error:
+            raise storage_error(self.output or "standard output", error) from None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._stream is not None and self.output is not None:
+            self._stream.close()
+
+
+def run_keyed_file(
+    counters: KeyedCounters,
+    *,
+    source: Path | None,
+    reader: EventReader,
+    sink: KeyedSink,
+    through: int,
+    beta: float,
+) -> None:
+    """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``)."""
+    try:
+        for released in run_keyed(counters, reader.events(source), beta=beta, through=through):
+            sink.write(*released)
+    finally:
+        sink.close()
+        counters.close()
+
+
+def check_events(source: Path | None, reader: EventReader) -> None:
+    """With the "refuse" policy, read a file input whole and refuse it at its first invalid event
+    (``InvalidInputError``) before anything is created or released."""
+    if source is not None and reader.policy == "refuse":
+        for _ in reader.events(source):
+            pass
+        reader.dropped = reader.invalid = 0
+
+
+def operator_log(path: Path | None, *, counters: KeyedCounters, reader: EventReader) -> None:
+    """Append the run's data diagnostics (not private: never publish) to ``path``, when given."""
+    if path is None:
+        return
+    record = {
+        "not_private": "diagnostics about the data: for the operator only, never publish",
+        "dropped_unlisted_or_outside_schedule": reader.dropped,
+        "invalid_events": reader.invalid,
+        "over_contribution_bounds": counters.dropped["over_bounds"],
+        "released_steps": counters.released,
+    }
+    try:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(record) + "\n")
+    except OSError as error:
+        raise storage_error(path, error) from None

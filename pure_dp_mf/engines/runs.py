@@ -1,0 +1,185 @@
+"""Running a single-stream counter over an input into an output: what ``pure-dp-mf count`` does.
+
+``run_stream`` reads the steps of a file or of standard input (``io.StepReader``), releases them
+through a ``Counter`` in groups (one durable commit per group with a state) and writes each
+group to the output before reading on, so a live stream is answered line by line.
+
+Exactly once: with a state, the output holds every released step once across kills and
+restarts. A resumed run reads a file again from its beginning and skips the steps the state has
+released; the output is completed from the state's kept rows (``continual.complete_output``)
+before anything new is released. A file is checked whole before its first step is released
+(the "refuse" policy), so an invalid file releases nothing and leaves the state untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from pure_dp_mf.engines import io
+from pure_dp_mf.engines.continual import complete_output
+from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.journal import storage_error
+from pure_dp_mf.errors import InvalidInputError
+
+
+@dataclass
+class RunReport:
+    """What a run did: steps released by this run, the policy's invalid-line count (operator
+    diagnostic: never released), and whether the state was resumed."""
+
+    released: int
+    invalid: int
+    resumed: bool
+
+
+def check_output_options(*, output_format: str, dimension: int, beta: object, invalid: str) -> None:
+    """The run's options, checked before anything is built or read (one ``error:`` line each)."""
+    if output_format not in io.FORMATS:
+        raise InvalidInputError(f"--format must be one of {', '.join(io.FORMATS)}, got {output_format!r}")
+    if output_format != "plain" and dimension != 1:
+        raise InvalidInputError("--format csv and jsonl are for --dimension 1 (one running count per line)")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
+        raise InvalidInputError(f"--beta must be in (0, 1), got {beta!r}")
+    if invalid not in io.INVALID_POLICIES:
+        raise InvalidInputError(f"--invalid must be one of {', '.join(io.INVALID_POLICIES)}, got {invalid!r}")
+
+
+def run_stream(
+    counter: Counter,
+    *,
+    source: Path | None,
+    reader: io.StepReader,
+    output: Path | None,
+    output_format: str,
+    summary: dict,
+) -> RunReport:
+    """Release every step of ``source`` (a file, or standard input when None) into ``output``
+    (standard output when None) in ``output_format`` (module docstring)."""
+    check_output_options(
+        output_format=output_format, dimension=counter.counter.dimension, beta=counter.beta, invalid=reader.policy
+    )
+    resumed, skip = counter.resumed, counter.released if source is not None else 0
+    if source is not None and reader.policy == "refuse":
+        io.check_file(source, reader, horizon=counter.counter.horizon, skip=skip)  # nothing released before this
+    render = io.renderer(output_format, dimension=counter.counter.dimension)
+    header = io.header_text(output_format, summary)
+    sink = _open_sink(counter, output=output, output_format=output_format, render=render, header=header, summary=summary)
+    stream = open(source, "rb") if source is not None else io.standard_input()
+    durable = output is not None and counter.counter.journal is not None
+    released = 0
+    try:
+        for first, batch in reader.batches(stream):
+            used = min(skip, len(batch))  # lines of a file already counted before the restart
+            batch, skip = batch[used:], skip - used
+            if not len(batch):
+                continue
+            horizon = counter.counter.horizon
+            if horizon is not None and counter.released + len(batch) > horizon:
+                raise InvalidInputError(
+                    f"line {first + used + horizon - counter.released}: more steps than the horizon {horizon} "
+                    "(--extend goes on as an anytime counter)"
+                )
+            start = counter.released
+            done = counter.release(batch)
+            _write(sink, render(start, done.columns()), durable=durable, path=output)
+            released += len(batch)
+        if skip:
+            raise InvalidInputError(f"{source} has fewer lines than the {counter.released} steps already released")
+    finally:
+        if source is not None:
+            stream.close()
+        if output is not None:
+            sink.close()
+    return RunReport(released=released, invalid=reader.invalid, resumed=resumed)
+
+
+def _open_sink(
+    counter: Counter, *, output: Path | None, output_format: str, render, header: str | None, summary: dict
+) -> IO[str]:
+    """The output stream: standard output, a new file (refused when it exists and is not empty),
+    or, for a resumed run, the run's file completed from the state."""
+    if output is None:
+        if header is not None and not counter.resumed:
+            sys.stdout.write(header + "\n")
+        return sys.stdout
+    if output_format == "csv":
+        io.write_sidecar(output, summary)
+    journal = counter.counter.journal
+    if counter.resumed and journal is not None:
+        return complete_output(output, journal=journal, render=render, header=header, rows_of=_kept_columns(counter))
+    if output.exists() and output.stat().st_size > 0:
+        raise InvalidInputError(f"--output {output} already exists and is not empty; the counter would append to it")
+    try:
+        stream = open(output, "w", encoding="utf-8")
+        if header is not None:
+            stream.write(header + "\n")
+        stream.flush()
+    except OSError as error:
+        raise storage_error(output, error) from None
+    return stream
+
+
+def _kept_columns(counter: Counter):
+    """The output columns of kept rows [inputs (d), released (d) (monotone: processed, raw)]: the
+    same values as when they were released (the error bars are a function of the step)."""
+    import numpy as np
+
+    inner = counter.counter
+    d = inner.dimension
+
+    def columns(rows: list) -> dict:
+        array = np.array([[int(v) for v in row] for row in rows], dtype=object)
+        counts = array[:, d] if d == 1 else array[:, d : 2 * d]
+        first = inner.released - len(rows)
+        if d != 1:
+            return {"counts": counts.astype(np.int64) if _small(counts) else counts}
+        centres = array[:, d + 1] if inner.monotone else counts
+        bars = inner.bars(first, first + len(rows), beta=counter.beta)
+        lower, upper = bars.bounds(
+            centres.astype(np.int64) if _small(centres) else centres, first_step=first, max_value=inner.max_value
+        )
+        return {"counts": counts, "std": bars.std, "lower": lower, "upper": upper}
+
+    return columns
+
+
+def _small(values) -> bool:
+    return all(-(2**62) < int(v) < 2**62 for v in values.ravel())
+
+
+def _write(sink: IO[str], text: str, *, durable: bool, path: Path | None) -> None:
+    """Write released text; with a state and an output file, durably (fsync) before reading on."""
+    try:
+        sink.write(text)
+        sink.flush()
+        if durable:
+            os.fsync(sink.fileno())
+    except OSError as error:
+        raise storage_error(path or "standard output", error) from None
+
+
+def describe(counter: Counter) -> str:
+    """One line for the operator: the mechanism, why, its expected errors (public facts only)."""
+    summary = counter.summary
+    expected = summary.get("expected") or {}
+    inner = counter.counter
+    chosen = f", best for {inner.mechanism_metric}" if inner.mechanism_metric else ""
+    certified = " (certified)" if summary.get("certificate") else ""
+    where = f"at horizon {inner.horizon}" if inner.horizon is not None else "without a horizon"
+    line = f"mechanism: {summary['mechanism']}{certified}{chosen} {where}, ε = {inner.epsilon:g}"
+    if expected:
+        line += (
+            f": MaxSE {expected['max_se']:.6g} (std ≤ {expected['max_se'] ** 0.5:.4g}), "
+            f"MeanSE {expected['mean_se']:.6g} (rms std {expected['mean_se'] ** 0.5:.4g})"
+        )
+    return line
+
+
+def metadata(counter: Counter, *, beta: float, policy: str, privacy_unit: str) -> dict:
+    """The run's metadata for headers and sidecars: what runs, and the policy on invalid input."""
+    return json.loads(json.dumps({**counter.summary, "beta": beta, "invalid": policy, "privacy_unit": privacy_unit}, default=str))

@@ -1,0 +1,66 @@
+"""mechanisms/planner.py: the one planner. The shipped bases are planned from their profiles
+(base_factorizations/profiles.json) exactly as from their matrices, the shipped file is a fresh
+build, a chosen mechanism carries the exact sensitivity of its lift, and counting one step
+imports neither the Gaussian side, scipy.signal nor torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from pure_dp_mf.certificates.profiles import write_profiles
+from pure_dp_mf.factorizations.factorization import Factorization
+from pure_dp_mf.mechanisms import planner
+from pure_dp_mf.mechanisms.lift import lift_plan
+from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
+
+
+def test_the_shipped_profiles_are_a_fresh_build(tmp_path):
+    (tmp_path / "base_factorizations").mkdir()
+    built = write_profiles(certificates=CERTIFICATE_FOLDER, folder=tmp_path / "base_factorizations")
+    shipped = json.loads((BASE_FOLDER / "profiles.json").read_text())
+    fresh = json.loads(built.read_text())
+    assert shipped.keys() == fresh.keys() and shipped["bases"].keys() == fresh["bases"].keys()
+    for name, profile in fresh["bases"].items():
+        for field in ("certificate_sha256", "base_sha256", "row_norms_squared", "column_sums", "metric", "inner_size"):
+            assert shipped["bases"][name][field] == profile[field], (name, field)
+
+
+@pytest.mark.parametrize("n", [2, 10, 100, 1500, 5000, 10**6, 2**40])
+def test_profiles_plan_exactly_what_the_matrices_plan(n):
+    from_profiles = planner.lifted_rows(n=n)
+    from_files = planner.lifted_rows(n=n, directory=BASE_FOLDER)
+    assert from_profiles == from_files
+
+
+@pytest.mark.parametrize("n", [3, 100, 3000])
+def test_a_chosen_mechanism_has_the_exact_sensitivity_of_its_lift(n):
+    row = planner.choose(horizon=n, metric="maxse", mechanism="lifted")
+    mechanism = planner.build(row, horizon=n)
+    plan = lift_plan(base=Factorization.load(row.base_file), n=n, metric=row.metric)
+    assert mechanism.sensitivity == plan.sensitivity_exact and mechanism.record["certificate"] is not None
+    assert mechanism.expected["max_se"] == pytest.approx(row.max_se, rel=1e-12)
+
+
+def test_every_choice_the_cli_offers_is_planned():
+    for mechanism in planner.CHOICES:
+        row = planner.choose(horizon=200, mechanism=mechanism)
+        assert mechanism in ("auto", row.mechanism)
+    with pytest.raises(Exception, match="unknown mechanism"):
+        planner.choose(horizon=10, mechanism="oak")
+
+
+def test_counting_one_step_loads_only_what_it_needs():
+    code = (
+        "import sys, io; sys.stdin = io.StringIO('1\\n'); sys.argv = ['pure-dp-mf', 'count', '--epsilon', '1', '--horizon', '10'];\n"
+        "from pure_dp_mf.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in sys.modules if m.startswith(('torch', 'scipy.signal', 'pure_dp_mf.gaussian', 'matplotlib', 'pyspark'))]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "HEAVY []" in done.stderr, done.stderr[-2000:]
