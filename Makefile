@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/ruff check pure_dp_mf tests benchmarks
 	$(BIN)/ruff format --check pure_dp_mf tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q --durations=30
 
 clean:
 	rm -rf $(VENV) reproduce_out
