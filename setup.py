@@ -8,7 +8,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-SHIPPED = {"base_factorizations": ("*.npz", "profiles.json"), "certificates": ("*.json",)}
+SHIPPED = {"base_factorizations": ("*.npz", "profiles.json", "anytime.json"), "certificates": ("*.json",)}
 
 
 class BuildWithData(build_py):

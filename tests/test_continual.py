@@ -200,9 +200,11 @@ def test_vector_steps_with_two_ones_and_the_horizon(base_file):
 
 def test_counts_are_exact_integers_beyond_int64():
     """m = 5·10^15 over 2 000 steps: the running count passes 2⁶³ and stays exact (Python ints),
-    within its interval of the true sum; 2⁶⁰ is taken exactly, never as a float."""
+    within its interval of the true sum; 2⁶⁰ is taken exactly, never as a float. (A k = 16 base:
+    noise this large takes the exact route at every step, an exact solve per block.)"""
     m, n = 5 * 10**15, 2000
-    counter = Counter(epsilon=1.0, horizon=n, max_value=m, rng=_seeded(5))
+    base = ROOT / "base_factorizations" / "k016_maxse.npz"
+    counter = Counter(epsilon=1.0, horizon=n, max_value=m, base=base, rng=_seeded(5))
     released = counter.release([m] * n)
     truth = [m * t for t in range(1, n + 1)]
     assert released.counts[-1] > 2**63 and released.counts.dtype == object

@@ -4,6 +4,7 @@ float Laplace path failing the same check."""
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -29,6 +30,7 @@ from pure_dp_mf.release.lattice import (
     noise_rate,
     round_half_up,
 )
+from pure_dp_mf.resources import BASE_FOLDER
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 
@@ -342,3 +344,43 @@ def test_tiny_instance_is_exactly_epsilon_dp_and_float_laplace_is_not():
         abs(int(np.rint(b_times_l * v))) <= top
         for v in laplace_from_words(np.arange(1 << 53 - 8, 1 << 53, 2**40, dtype=np.uint64))
     )
+
+
+def test_decoder_bounds_are_cached_between_processes_by_the_matrices_they_prove(tmp_path, monkeypatch):
+    """A proven bound is stored under the sha256 of its integer matrices and read back instead of
+    proven again; a tampered or foreign entry is proven again; ``PURE_DP_MF_CACHE=off`` stores nothing."""
+    from pure_dp_mf.release import lattice
+
+    base = Factorization.load(BASE_FOLDER / "k008_maxse.npz")
+    decoder, encoder = base.dense()
+    monkeypatch.setenv("PURE_DP_MF_CACHE", str(tmp_path / "cache"))
+    proven = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    calls = []
+    real = lattice._decoder_bound
+    monkeypatch.setattr(lattice, "_decoder_bound", lambda *a: calls.append(1) or real(*a))
+    again = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
+    assert not calls and (again.tau, again.rho, again.row_abs_sum) == (proven.tau, proven.rho, proven.row_abs_sum)
+    record = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**record, "tag": "0" * 64, "tau": (0.0).hex()}))  # an entry for other matrices
+    third = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
+    assert calls == [1] and third.tau == proven.tau
+    monkeypatch.setenv("PURE_DP_MF_CACHE", "off")
+    entry.unlink()
+    ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
+    assert calls == [1, 1] and not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_sampler_rates_never_exceed_the_exact_rate():
+    """Rates with a denominator ≥ 2^62 are drawn at the largest multiple of 2^-56 below them
+    (more noise: the proof holds); every other rate is drawn exactly."""
+    from pure_dp_mf.release.lattice import Rates, sampler_rate
+
+    small = Fraction(1, 3 * 2**40)
+    assert sampler_rate(small) == small
+    tilted = Fraction(2**31, 15679732454922177741) / Fraction(3006477107, 2**32)  # an anytime segment's coarse level
+    assert tilted.denominator >= 2**62
+    drawn = sampler_rate(tilted)
+    assert drawn <= tilted and drawn.denominator <= 2**56 and tilted - drawn < Fraction(1, 2**56)
+    rates = Rates(base=small, alphas=(Fraction(3006477107, 2**32),))
+    assert rates(2) == sampler_rate(small * Fraction(2**32, 3006477107)) <= small * Fraction(2**32, 3006477107)

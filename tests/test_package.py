@@ -68,6 +68,8 @@ def test_the_wheel_ships_the_data_and_runs_from_elsewhere(tmp_path):
     counted = run("count", "--epsilon", "1", "--horizon", "5", "--format", "csv", stdin="1\n0\n1\n")
     assert counted.returncode == 0 and counted.stdout.splitlines()[0] == "step,count,std,lower,upper", counted.stderr
     assert len(counted.stdout.splitlines()) == 4 and "mechanism: lifted base" in counted.stderr
+    anytime = run("count", "--epsilon", "1", "--seed", "1", stdin="1\n0\n")  # the shipped anytime schedule
+    assert anytime.returncode == 0 and "without a horizon" in anytime.stderr, anytime.stderr
     compared = run("compare", "--n", "1000000", "--json")
     assert compared.returncode == 0 and '"lifted"' in compared.stdout and "k1024" in compared.stdout, compared.stderr[-2000:]
     certificates = where.stdout.strip().rsplit("/", 1)[0] + "/data/certificates"

@@ -53,18 +53,21 @@ def _events(seed: int = 0) -> list[tuple[str, str, int, int]]:
     )
 
 
-@pytest.mark.parametrize(("unit", "keys_per_shard"), [("event", 1024), ("user", 1024), ("event", 3), ("user", 1)])
-def test_spark_batch_equals_local(spark, unit, keys_per_shard):
+@pytest.mark.parametrize(
+    ("unit", "keys_per_shard", "horizon"), [("event", 1024, 40), ("user", 1024, 40), ("event", 3, None), ("user", 1, 40)]
+)
+def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
     keys = ["de", "fr", "it", "es"]  # "es" has no events, "mars" is not public
     rows = _events()
     options = {"privacy_unit": unit, "max_value": 2}
     if unit == "user":
         options.update(max_keys=2, max_per_key=3)
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, rng=NoiseGenerator.from_seed(8), **options)
+    base = BASE if horizon is not None else None  # without a horizon: anytime counters, the public schedule 1 … 40
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=horizon, base=base, rng=NoiseGenerator.from_seed(8), **options)
     events = (KeyedEvent(key, step, value, user if unit == "user" else None) for user, key, step, value in rows)
     expected = {
         (key, step): (int(c), lo, hi)
-        for step, counts, std, lower, upper in run_keyed(local, events)
+        for step, counts, std, lower, upper in run_keyed(local, events, through=40)
         for key, c, lo, hi in zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
     }
     frame = spark.createDataFrame(pd.DataFrame(rows, columns=["uid", "country", "day", "value"]))
@@ -72,12 +75,13 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard):
         frame,
         keys=keys,
         epsilon=1.0,
-        horizon=40,
+        horizon=horizon,
+        through=40,
         key_column="country",
         step_column="day",
         value_column="value",
         user_column="uid" if unit == "user" else None,
-        base=BASE,
+        base=base,
         generator=NoiseGenerator.from_seed(8),
         keys_per_shard=keys_per_shard,
         **options,
@@ -152,6 +156,8 @@ from pyspark.sql import SparkSession
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.engines.spark import file_clock, private_running_counts_stream
 folder, mode, base, unit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+horizon = None if base == "anytime" else 40  # no horizon: every key's counter is anytime
+base = None if base == "anytime" else base
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.streaming.stateStore.providerClass",
@@ -160,7 +166,7 @@ events = (spark.readStream.schema("uid string, country string, day long, value l
           .option("maxFilesPerTrigger", 1).csv(folder + "/in"))
 user = {"user_column": "uid", "privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
 clock = file_clock(spark, folder + "/clock", max_files_per_trigger=1)  # public: the scheduler writes one tick a day
-released = private_running_counts_stream(events, clock=clock, keys=["de", "fr", "it", "es"], epsilon=1.0, horizon=40,
+released = private_running_counts_stream(events, clock=clock, keys=["de", "fr", "it", "es"], epsilon=1.0, horizon=horizon,
     key_column="country", step_column="day", value_column="value", max_value=2, base=base, query=folder + "/checkpoint",
     generator=NoiseGenerator.from_key_file(folder + "/noise.key", query=folder + "/checkpoint"), keys_per_shard=3, **user)
 writer = (released.writeStream.format("parquet").option("path", folder + "/out")
@@ -170,8 +176,10 @@ query.awaitTermination()
 """
 
 
-@pytest.mark.parametrize("unit", ["event", "user"])
-def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, unit):
+@pytest.mark.parametrize(("unit", "horizon"), [("event", 40), ("user", None)])
+def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, unit, horizon):
+    """A streaming query killed mid-run and restarted releases every step once, the local
+    engine's values; with a horizon (event level) and without one (user level, anytime)."""
     import signal
     import subprocess
     import time
@@ -180,6 +188,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     (tmp_path / "in").mkdir()
     (tmp_path / "clock").mkdir()
     (tmp_path / "driver.py").write_text(DRIVER)
+    base = BASE if horizon is not None else "anytime"
 
     def write_steps(first: int, last: int) -> None:
         for day in range(first, last + 1):
@@ -194,7 +203,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     write_steps(1, 8)
     running = subprocess.Popen(
-        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "forever", BASE, unit],
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "forever", base, unit],
         env=environment,
         start_new_session=True,
     )
@@ -207,7 +216,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     assert len(list(commits.glob("[0-9]*"))) >= 3
     write_steps(9, 12)
     finished = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "once", BASE, unit],
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path), "once", base, unit],
         env=environment,
         capture_output=True,
         text=True,
@@ -221,7 +230,9 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     generator = NoiseGenerator.from_key_file(tmp_path / "noise.key", query=str(tmp_path) + "/checkpoint")
     assert not generator.seeded and (tmp_path / "noise.key").stat().st_mode & 0o777 == 0o600
     options = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, max_value=2, rng=generator, **options)
+    local = KeyedCounters(
+        keys=keys, epsilon=1.0, horizon=horizon, base=BASE if horizon else None, max_value=2, rng=generator, **options
+    )
     events = (KeyedEvent(k, s, v, u if unit == "user" else None) for u, k, s, v in rows)
     expected = {
         (key, step, int(c), lo, hi)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pure_dp_mf.cli.app import error_console
-from pure_dp_mf.engines.keyed import KeyedCounters
+from pure_dp_mf.engines.keyed import KeyedCounters, public_schedule
 from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, check_events, operator_log, read_keys, run_keyed_file
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
@@ -53,7 +53,7 @@ def count_keyed(
         raise InvalidInputError("--privacy-unit user needs --user-column NAME")
     output_format = "csv" if output_format == "plain" else output_format
     keys = read_keys(keys_file)
-    through = horizon if through is None else through
+    through = public_schedule(horizon, through)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None

@@ -5,7 +5,8 @@ The privacy model (proofs in docs/privacy.md, "Keyed streams"):
 * **Keys are public**: a list fixed in advance. An event whose key is not in the list is dropped
   before anything else looks at it, and nothing about it is released (a key set that depends on
   the data cannot be released under pure DP).
-* **The schedule is public**: the steps released, 1 … ``through`` (default the horizon), are
+* **The schedule is public**: the steps released, 1 … ``through`` (default the horizon; required
+  without one), are
   fixed before any data is read, and every key releases at every one of them, with a zero input
   when it had no events (a key that skipped a step would reveal that it had no data). Events of a
   step outside the schedule are dropped unseen, like those of unlisted keys, so which (key, step)
@@ -51,9 +52,8 @@ from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
-from pure_dp_mf.release.error_bars import ErrorBarModel, ErrorBars
+from pure_dp_mf.release.error_bars import ErrorBars
 from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
-from pure_dp_mf.release.lattice import ExactRelease, LatticeSource
 from pure_dp_mf.validation import check_epsilon, check_size
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
@@ -148,7 +148,7 @@ class KeyedCounters:
         *,
         keys: Iterable[str],
         epsilon: float,
-        horizon: int,
+        horizon: int | None,
         base: str | Path | None = None,
         mechanism: Mechanism | None = None,
         metric: str = "maxse",
@@ -163,7 +163,7 @@ class KeyedCounters:
         self.keys = check_keys(keys)
         self.index = {key: i for i, key in enumerate(self.keys)}
         self.epsilon = check_epsilon(epsilon)
-        self.horizon = check_size(horizon, name="horizon")
+        self.horizon = None if horizon is None else check_size(horizon, name="horizon")
         self.max_value = check_size(max_value, name="max_value")
         if privacy_unit not in PRIVACY_UNITS:
             raise InvalidInputError(f"privacy unit must be event or user, got {privacy_unit!r}")
@@ -181,33 +181,45 @@ class KeyedCounters:
         self.metric = metric
         self._keys_sha256 = hashlib.sha256(json.dumps(self.keys).encode()).hexdigest()
         self.bounder: ContributionBounder | None = None
+        anytime = self.mechanism.kind == "anytime"
+        step_sensitivity = self.max_value
+        sensitivity: Fraction | None = None
         if privacy_unit == "user":
             if max_keys is None or max_per_key is None:
                 raise InvalidInputError("user-level privacy needs --max-keys and --max-per-key")
-            if self.mechanism.column_norms is None:
+            if self.mechanism.kind not in ("lifted", "anytime"):
                 raise InvalidInputError(
                     f"user-level bounds need the column norms of a lifted base, not a {self.mechanism.kind} tree"
                 )
             self.max_keys = check_size(max_keys, name="max_keys")
             self.max_per_key = check_size(max_per_key, name="max_per_key")
-            norms = _column_norms(self.mechanism, self.horizon)
-            self.sensitivity = user_sensitivity(
-                norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=self.max_value
-            )
+            if anytime:  # each segment at K·m·C times its largest column norm: the losses add up to ε
+                step_sensitivity = self.max_keys * self.max_value * self.max_per_key
+            else:
+                assert self.horizon is not None
+                norms = _column_norms(self.mechanism, self.horizon)
+                sensitivity = user_sensitivity(
+                    norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=self.max_value
+                )
             self.bounder = ContributionBounder(self.max_keys, self.max_per_key, self.max_value)
+        elif max_keys is not None or max_per_key is not None:
+            raise InvalidInputError("--max-keys and --max-per-key are for --privacy-unit user")
+        generators = [self.rng.child(key) for key in self.keys]
+        if anytime:  # Δ of segment s is Δ_step·Δ_s; ``sensitivity`` records Δ_step
+            self.sensitivity = Fraction(step_sensitivity)
+            self._release = self.mechanism.release(
+                generators=generators, epsilon=self.epsilon, step_sensitivity=step_sensitivity, page_size=KEYED_PAGE
+            )
         else:
-            if max_keys is not None or max_per_key is not None:
-                raise InvalidInputError("--max-keys and --max-per-key are for --privacy-unit user")
-            self.sensitivity = self.max_value * self.mechanism.sensitivity
-        self.rates = self.mechanism.rates(epsilon=self.epsilon, sensitivity=self.sensitivity)
-        tree = self.mechanism.kind != "lifted"
-        pages = self.mechanism.decoder.max_terms(self.horizon) + 2  # one page per level in use, and one ahead
-        self.sources = [
-            LatticeSource(key=self.rng.child(key).key, rates=self.rates, page_size=KEYED_PAGE, cached_pages=pages, shrink=tree)
-            for key in self.keys
-        ]
-        self._release = ExactRelease(decoder=self.mechanism.decoder, atoms=self.mechanism.atoms, sources=self.sources)
-        self._bars = ErrorBarModel(decoder=self.mechanism.decoder, atoms=self.mechanism.atoms, rates=self.rates)
+            assert self.horizon is not None
+            self.sensitivity = sensitivity or step_sensitivity * self.mechanism.sensitivity
+            self._release = self.mechanism.release(
+                generators=generators,
+                epsilon=self.epsilon,
+                sensitivity=self.sensitivity,
+                page_size=KEYED_PAGE,
+                cached_pages=self.mechanism.decoder.max_terms(self.horizon) + 2,  # a page per level in use, one ahead
+            )
         self.sums = np.zeros(len(self.keys), dtype=np.int64)
         self.released = 0
         self.dropped_unknown = 0
@@ -229,7 +241,7 @@ class KeyedCounters:
             "horizon": self.horizon,
             "max_value": self.max_value,
             "privacy_unit": self.privacy_unit,
-            "sensitivity": float(self.sensitivity),
+            "sensitivity": None if self.horizon is None else float(self.sensitivity),
             "seeded": self.rng.seeded,
         }
         if self.bounder is not None:
@@ -238,14 +250,18 @@ class KeyedCounters:
 
     def _noise_of(self, start: int, stop: int) -> np.ndarray:
         """The rounded noise of every key at 0-based steps [start, stop), shape (keys, steps)."""
-        noise = self._release.noise(start, stop)
+        noise = np.asarray(self._release.noise(start, stop))
         return noise.reshape(stop - start, len(self.keys)).T
+
+    def _last(self, stop: int) -> int:
+        """``stop`` capped at the horizon (no cap without one)."""
+        return stop if self.horizon is None else min(self.horizon, stop)
 
     def _step_noise(self, t: int) -> np.ndarray:
         """The rounded noise of every key at 0-based step t (computed ahead by chunks)."""
         offset = t - self._noise_start
         if not 0 <= offset < self._noise.shape[1]:
-            self._noise = self._noise_of(t, min(self.horizon, t + self.chunk))
+            self._noise = self._noise_of(t, self._last(t + self.chunk))
             self._noise_start, offset = t, 0
         return self._noise[:, offset]
 
@@ -254,7 +270,7 @@ class KeyedCounters:
         private running counts of every key."""
         if self.closed:
             raise StateFileError("the keyed run was closed; it releases nothing more")
-        if self.released >= self.horizon:
+        if self.horizon is not None and self.released >= self.horizon:
             raise InvalidInputError(f"all {self.horizon} steps have been released")
         increments = np.asarray(increments, dtype=np.int64)
         if increments.shape != self.sums.shape:
@@ -279,7 +295,7 @@ class KeyedCounters:
         if increments.ndim != 2 or increments.shape[0] != len(self.keys):
             raise InvalidInputError(f"expected increments of shape ({len(self.keys)}, steps), got {increments.shape}")
         steps = increments.shape[1]
-        if start < 0 or start + steps > self.horizon:
+        if start < 0 or start + steps > self._last(start + steps):
             raise InvalidInputError(f"steps {start + 1} … {start + steps} are outside [1, {self.horizon}]")
         counts = np.empty_like(increments)
         for first in range(0, steps, self.chunk):  # the noise of a chunk of steps at a time, as ``release``
@@ -290,7 +306,7 @@ class KeyedCounters:
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key."""
-        return self._bars.bars(start, stop, beta=beta)
+        return self._release.bars(start, stop, beta=beta)
 
     def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(std per step, lower, upper) of released ``counts``: shape (keys,) for the one 0-based
@@ -408,8 +424,15 @@ class KeyedCounters:
         return counts, float(std[0]), lower, upper
 
 
-def _mechanism(base: str | os.PathLike | None, horizon: int, metric: str) -> Mechanism:
-    """The keyed default: the lifted base the planner ranks best for the horizon, or ``base``."""
+def _mechanism(base: str | os.PathLike | None, horizon: int | None, metric: str):
+    """The keyed default: the lifted base the planner ranks best for the horizon, or ``base``;
+    without a horizon the shipped anytime schedule for ``metric`` (``mechanisms.anytime``)."""
+    if horizon is None:
+        if base is not None:
+            raise InvalidInputError("--base needs --horizon: without a horizon the counts run the anytime schedule")
+        from pure_dp_mf.mechanisms.anytime import anytime
+
+        return anytime(metric=metric)
     if base is not None:
         return mechanisms.lifted(base=base, horizon=horizon, metric=metric)
     from pure_dp_mf.mechanisms import planner
@@ -427,6 +450,16 @@ def _column_norms(mechanism: Mechanism, horizon: int) -> tuple[Fraction, ...]:
         assert mechanism.column_norms is not None
         _NORMS[tag] = tuple(mechanism.column_norms(horizon))
     return _NORMS[tag]
+
+
+def public_schedule(horizon: int | None, through: int | None) -> int:
+    """The last step a keyed release covers: ``through`` (at most the horizon), by default the
+    horizon; without a horizon ``through`` is required (the schedule is public, never the data's)."""
+    if through is None:
+        if horizon is None:
+            raise InvalidInputError("keyed counts without --horizon need --through N: the public schedule of steps to release")
+        return horizon
+    return check_size(through, name="through", maximum=horizon)
 
 
 @dataclass
@@ -452,7 +485,7 @@ def run_keyed(
     decisions. Invalid events of listed keys in the schedule are the caller's to refuse or repair
     before this runs (``keyed_io``); here a value outside [0, m] or a step going backwards is an
     ``InvalidInputError``."""
-    through = counters.horizon if through is None else check_size(through, name="through", maximum=counters.horizon)
+    through = public_schedule(counters.horizon, through)
     pending = np.zeros(len(counters.keys), dtype=np.int64)
     step_events: list[KeyedEvent] = []
 

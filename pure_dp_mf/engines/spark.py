@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys
+from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, public_schedule
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
@@ -47,7 +47,7 @@ def private_running_counts(
     *,
     keys: Sequence[str],
     epsilon: float,
-    horizon: int,
+    horizon: int | None = None,
     key_column: str = "key",
     step_column: str = "step",
     value_column: str | None = None,
@@ -65,7 +65,8 @@ def private_running_counts(
     keys_per_shard: int = KEYS_PER_SHARD,
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
-    the horizon) as a Spark DataFrame (see the module docstring).
+    the horizon; without a horizon ``through`` is required and the counters are anytime,
+    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring).
 
     Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
     other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
@@ -81,7 +82,7 @@ def private_running_counts(
     _check_unit(privacy_unit, user_column)
     if invalid not in ("refuse", "zero", "clamp"):
         raise InvalidInputError(f"invalid must be refuse, zero or clamp on Spark batch, got {invalid!r}")
-    through = horizon if through is None else check_size(through, name="through", maximum=check_size(horizon, name="horizon"))
+    through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through)
     settings = _run_settings(
         generator=generator,
         beta=beta,
@@ -147,8 +148,9 @@ def _strict_long(column):
     return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").cast("decimal(38,0)").cast("long"))
 
 
-def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int):
-    """(key, step, value[, user]) of the events of listed keys whose step is in [1, through]; the
+def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int | None):
+    """(key, step, value[, user]) of the events of listed keys whose step is in [1, through] (≥ 1
+    when ``through`` is None: a stream without a horizon); the
     others are dropped before their values are looked at. ``valid`` marks parsable values."""
     from pyspark.sql import functions as F
 
@@ -161,7 +163,8 @@ def _scheduled(events, key_table, *, key_column, step_column, value_column, user
     if user_column is not None:
         columns.append(F.col(user_column).cast("string").alias("user"))
     table = events.select(*columns).join(F.broadcast(key_table.select("key")), on="key", how="inner")
-    return table.where(F.col("step").isNull() | F.col("step").between(1, through))
+    in_schedule = F.col("step") >= 1 if through is None else F.col("step").between(1, through)
+    return table.where(F.col("step").isNull() | in_schedule)
 
 
 def _apply_policy(table, *, invalid: str, max_value: int):
@@ -274,7 +277,7 @@ def private_running_counts_stream(
     clock: Any,
     keys: Sequence[str],
     epsilon: float,
-    horizon: int,
+    horizon: int | None = None,
     generator: NoiseGenerator,
     key_column: str = "key",
     step_column: str = "step",
@@ -297,7 +300,8 @@ def private_running_counts_stream(
     **A public schedule.** Which steps a micro-batch releases is decided by ``clock``, a streaming
     DataFrame of steps (``file_clock``, ``rate_clock``) that must not depend on the data: each
     micro-batch releases, for every public key, every step up to the largest clock step it reads
-    (capped at the horizon). Events never decide it: an event of a step the clock has not closed
+    (capped at the horizon; without one, ``horizon=None``, the counters are anytime:
+    ``mechanisms.anytime``). Events never decide it: an event of a step the clock has not closed
     waits in the state until it does; events of unlisted keys or beyond the horizon are dropped
     unseen. An event of a step already released is counted at the next step released (event
     level) or dropped (user level), so every kept event changes one key's input at one step.
@@ -498,7 +502,8 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     data = pd.concat(list(frames), ignore_index=True)
     horizon, max_value = settings["horizon"], settings["max_value"]
     ticks = data["tick"].to_numpy(dtype=bool)
-    clock = min(int(data["step"][ticks].max()) if ticks.any() else 0, horizon)
+    clock = int(data["step"][ticks].max()) if ticks.any() else 0
+    clock = clock if horizon is None else min(clock, horizon)
     events = data[~ticks]
     values = events["value"].to_numpy(dtype=np.int64)
     if len(values) and (values.min() < 0 or values.max() > max_value or events["step"].isna().any()):

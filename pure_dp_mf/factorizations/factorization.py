@@ -26,6 +26,7 @@ import json
 import math
 import os
 import zipfile
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,25 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
         raise InvalidInputError(f"the decoder can only be recomputed for a square encoder, got shape {encoder.shape}")
     if not np.all(np.isfinite(encoder)):
         raise InvalidInputError("the encoder holds NaN or infinity")
+    tag = (encoder.shape, array_sha256(encoder))
+    cached = _SOLVED.get(tag)
+    if cached is not None:
+        _SOLVED.move_to_end(tag)
+        return cached.copy()
     try:
         decoder = np.linalg.solve(encoder.T, np.tri(n).T).T
     except np.linalg.LinAlgError:
         raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist") from None
     if not np.all(np.isfinite(decoder)):
         raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
+    _SOLVED[tag] = decoder.copy()  # the same encoder (by its bytes) is solved once per process
+    while len(_SOLVED) > _SOLVED_SIZE:
+        _SOLVED.popitem(last=False)
     return decoder
+
+
+_SOLVED: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_SOLVED_SIZE = 6
 
 
 @dataclass

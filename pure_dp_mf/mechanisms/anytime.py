@@ -237,10 +237,15 @@ class AnytimeMechanism:
             self._built[index] = _segment_mechanism(self.schedule.segment(index))
         return self._built[index]
 
-    def release(self, *, generators: list[NoiseGenerator], epsilon: float, step_sensitivity: int) -> SegmentedRelease:
+    def release(
+        self, *, generators: list[NoiseGenerator], epsilon: float, step_sensitivity: int = 1, **layout
+    ) -> SegmentedRelease:
         """The exact release of this mechanism for a counter with these generators (one per
-        coordinate), ε and Δ_step."""
-        return SegmentedRelease(mechanism=self, generators=generators, epsilon=epsilon, step_sensitivity=step_sensitivity)
+        coordinate), ε and Δ_step: segment s's noise is scaled to Δ_step·Δ_s. ``layout``
+        (``page_size``, ``cached_pages``) goes to every segment's ``Mechanism.release``."""
+        return SegmentedRelease(
+            mechanism=self, generators=generators, epsilon=epsilon, step_sensitivity=step_sensitivity, **layout
+        )
 
 
 def anytime(*, metric: str = "maxse") -> AnytimeMechanism:
@@ -281,9 +286,18 @@ class SegmentedRelease:
     segment (``ExactRelease``) under its own generator. Keeps the current segment's release and
     one carried vector: O(k·log t) memory."""
 
-    def __init__(self, *, mechanism: AnytimeMechanism, generators: list[NoiseGenerator], epsilon: float, step_sensitivity: int):
+    def __init__(
+        self,
+        *,
+        mechanism: AnytimeMechanism,
+        generators: list[NoiseGenerator],
+        epsilon: float,
+        step_sensitivity: int = 1,
+        **layout,
+    ):
         self.mechanism, self.schedule = mechanism, mechanism.schedule
         self.generators, self.epsilon, self.step_sensitivity = generators, epsilon, step_sensitivity
+        self.layout = layout
         self._releases: dict[int, object] = {}
         self._carried: list[tuple[np.ndarray, NoiseMoments]] = [(np.zeros(len(generators), dtype=np.int64), NoiseMoments.zero())]
         self._fallbacks = 0
@@ -295,7 +309,7 @@ class SegmentedRelease:
             segment = self.mechanism.segment_mechanism(index)
             generators = [segment_generator(g, index, self.schedule) for g in self.generators]
             self._releases[index] = segment.release(
-                generators=generators, epsilon=self.epsilon, step_sensitivity=self.step_sensitivity
+                generators=generators, epsilon=self.epsilon, step_sensitivity=self.step_sensitivity, **self.layout
             )
         return self._releases[index]
 

@@ -66,10 +66,29 @@ class Mechanism:
         base = noise_rate(epsilon=Fraction(epsilon), sensitivity=sensitivity, grid_bits=self.atoms.grid_bits)
         return Rates(base=base, alphas=self.alphas)
 
-    def release(self, *, generators: list, epsilon: float, step_sensitivity: int) -> SingleRelease:
+    def release(
+        self,
+        *,
+        generators: list,
+        epsilon: float,
+        step_sensitivity: int = 1,
+        sensitivity: Fraction | None = None,
+        page_size: int = PAGE,
+        cached_pages: int | None = None,
+    ) -> SingleRelease:
         """The exact release of this mechanism for a counter: one noise source per generator (a
-        coordinate of the stream), rates for the total sensitivity Δ_step·Δ (``SingleRelease``)."""
-        return SingleRelease(mechanism=self, generators=generators, epsilon=epsilon, step_sensitivity=step_sensitivity)
+        coordinate of the stream), rates for the total sensitivity Δ_step·Δ, or ``sensitivity``
+        when given (a keyed user-level Δ); ``page_size`` is the noise layout (``LatticeSource``),
+        ``cached_pages`` only memory (``SingleRelease``)."""
+        return SingleRelease(
+            mechanism=self,
+            generators=generators,
+            epsilon=epsilon,
+            step_sensitivity=step_sensitivity,
+            sensitivity=sensitivity,
+            page_size=page_size,
+            cached_pages=cached_pages,
+        )
 
 
 class SingleRelease:
@@ -78,13 +97,25 @@ class SingleRelease:
     generator), every rounding decided exactly (``ExactRelease``). Privacy: docs/privacy.md,
     "ContinualCounter"."""
 
-    def __init__(self, *, mechanism: Mechanism, generators: list, epsilon: float, step_sensitivity: int) -> None:
+    def __init__(
+        self,
+        *,
+        mechanism: Mechanism,
+        generators: list,
+        epsilon: float,
+        step_sensitivity: int = 1,
+        sensitivity: Fraction | None = None,
+        page_size: int = PAGE,
+        cached_pages: int | None = None,
+    ) -> None:
         self.mechanism = mechanism
-        self.rates = mechanism.rates(epsilon=epsilon, sensitivity=step_sensitivity * mechanism.sensitivity)
+        self.sensitivity = step_sensitivity * mechanism.sensitivity if sensitivity is None else sensitivity
+        self.rates = mechanism.rates(epsilon=epsilon, sensitivity=self.sensitivity)
         tree = mechanism.kind != "lifted"  # a tree: one page per height in use, pages shrinking with the height
-        pages = 2 * mechanism.decoder.max_terms(1) + 8 if tree else 8
+        if cached_pages is None:
+            cached_pages = 2 * mechanism.decoder.max_terms(1) + 8 if tree else 8
         self.sources = [
-            LatticeSource(key=generator.key, rates=self.rates, page_size=PAGE, cached_pages=pages, shrink=tree)
+            LatticeSource(key=generator.key, rates=self.rates, page_size=page_size, cached_pages=cached_pages, shrink=tree)
             for generator in generators
         ]
         self.exact = ExactRelease(decoder=mechanism.decoder, atoms=mechanism.atoms, sources=self.sources)
