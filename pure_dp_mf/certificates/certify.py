@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import gmpy2
 import numpy as np
@@ -94,7 +95,7 @@ import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_text, check_writable_file
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import CheckFailedError, InvalidInputError, PureDPMFError
-from pure_dp_mf.factorizations.costs import factorization_costs
+from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
 from pure_dp_mf.mechanisms.lift import lift_factor
@@ -394,6 +395,100 @@ def _constants(cost: gmpy2.mpq, logs: dict[str, gmpy2.mpq]) -> dict[str, gmpy2.m
     }
 
 
+def _load_square(
+    *, source: Path, metric: str | None, read_options: dict[str, Any]
+) -> tuple[Factorization, str, np.ndarray, np.ndarray]:
+    """(factorization, metric, decoder, R) of the file to certify, refused unless R is square with k ≥ 2.
+
+    ``read_options``: array, decoder, decoder_array and integer_grid_bits for ``Factorization.load``."""
+    factorization = Factorization.load(source, **read_options)
+    metric = metric or factorization.metric
+    if metric is None:
+        raise InvalidInputError(f"{source}: no metric recorded in the file; pass metric= one of {METRICS}")
+    if metric not in METRICS:
+        raise InvalidInputError(f"metric must be one of {METRICS}, got {metric!r}")
+    loaded_decoder, R = factorization.dense()  # stored, or T_k·R⁻¹ recomputed by load
+    k = factorization.n
+    if R.shape != (k, k):
+        raise CertificationError(f"{source}: certificates need a square encoder (L = T_k·R⁻¹), got shape {R.shape}")
+    if k < 2:
+        raise CertificationError(f"{source}: k = {k}; the leading constant needs k >= 2")
+    return factorization, metric, loaded_decoder, R
+
+
+def _round_encoder(
+    *,
+    factorization: Factorization,
+    source: Path,
+    loaded_decoder: np.ndarray,
+    R: np.ndarray,
+    grid_bits: int,
+    rounded_out: str | os.PathLike | None,
+    read_options: dict[str, Any],
+    say: Progress,
+) -> tuple[np.ndarray, bool, bool, dict | None, Path]:
+    """R̃ = R on the grid, written to its own file where it differs from the input (moved, decoder
+    stored or published matrix): (R̃, whether rewritten, whether a decoder was given, rounded_from, certified path)."""
+    published = "source" in factorization.metadata and "arrays" not in factorization.metadata
+    R_rounded, moved = exact.round_to_grid(R, grid_bits=grid_bits)
+    has_decoder = "decoder" in factorization.metadata.get("arrays", {}) or read_options["decoder"] is not None
+    rounded_from = None
+    certified = source
+    rewritten = bool(moved or has_decoder or published)
+    if rewritten:
+        certified = Path(rounded_out) if rounded_out is not None else _rounded_path(source, grid_bits)
+        if certified.resolve() == source.resolve():
+            raise InvalidInputError(f"the rounded factorization would overwrite its input {source}; choose another --rounded-out")
+        say(f"writing the rounded factorization {certified}")
+        metadata = {key: value for key, value in factorization.metadata.items() if key != "arrays"}
+        changes = np.abs(R_rounded - R)
+        rounded_from = {
+            "file": source.name,
+            "sha256": file_sha256(source),
+            "grid_bits": grid_bits,
+            "entries_moved": int(np.count_nonzero(changes)),
+            "largest_change": float(changes.max(initial=0.0)),
+        }
+        if published:
+            rounded_from["array"] = read_options["array"]
+            rounded_from["integer_grid_bits"] = read_options["integer_grid_bits"]
+        metadata["rounded_from"] = rounded_from
+        Factorization(decoder=loaded_decoder, encoder=R_rounded, metadata=metadata).save(certified, store_decoder=False)
+    return R_rounded, rewritten, has_decoder, rounded_from, certified
+
+
+def _exact_bounds(
+    *, R_rounded: np.ndarray, approximate_decoder: np.ndarray, grid_bits: int, metric: str, k: int
+) -> tuple[dict[str, gmpy2.mpq], dict[str, gmpy2.mpq], dict[str, gmpy2.mpq]]:
+    """(certifier record, claimed values, log₂ lower bounds): the exact part of the certificate."""
+    P = exact.grid_integers(R_rounded, grid_bits=grid_bits, name="the rounded encoder")
+    M = exact.grid_integers(approximate_decoder, grid_bits=grid_bits, nearest=True, name="the decoder")
+    with exact.flint_threads():
+        record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
+    sensitivity = gmpy2.mpq(max(exact.column_abs_sums(P)), gmpy2.mpz(2) ** grid_bits)
+    decoder_bound = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
+    if metric == "maxse":
+        cost = exact.decimal_ceil(decoder_bound * sensitivity, digits=DECIMAL_DIGITS)
+    else:
+        cost = exact.decimal_ceil(exact.sqrt_upper(decoder_bound**2 * sensitivity**2 / k), digits=DECIMAL_DIGITS)
+    logs = {"k": exact.log2_lower_bound(k), "2k+1": exact.log2_lower_bound(2 * k + 1)}
+    values = {"encoder_max_column_sum": sensitivity, _DECODER_CLAIM[metric]: decoder_bound, _COST_CLAIM[metric]: cost}
+    values.update(_constants(cost, logs))
+    return record, values, logs
+
+
+def _float64_values(*, float_costs: FactorizationCosts, metric: str, k: int) -> dict[str, float]:
+    """The float64 counterparts of the claims (for the certificate's comparison column)."""
+    constant = float_costs.max_se_constant if metric == "maxse" else float_costs.mean_se_constant
+    return {
+        "encoder_max_column_sum": float_costs.encoder_max_column_sum,
+        _DECODER_CLAIM[metric]: float_costs.decoder_max_row_norm if metric == "maxse" else float_costs.decoder_frobenius_norm,
+        _COST_CLAIM[metric]: float_costs.c2 if metric == "maxse" else float_costs.cf,
+        "leading_constant": constant,
+        "lifted_constant": constant * lift_factor(k),
+    }
+
+
 def certify_factorization(
     *,
     path: str | os.PathLike,
@@ -439,76 +534,33 @@ def certify_factorization(
             check_writable_file(target, name=name)
     source = Path(path)
     say(f"loading {source}")
-    factorization = Factorization.load(
-        source, array=array, decoder=decoder, decoder_array=decoder_array, integer_grid_bits=integer_grid_bits
-    )
-    published = "source" in factorization.metadata and "arrays" not in factorization.metadata
-    metric = metric or factorization.metric
-    if metric is None:
-        raise InvalidInputError(f"{source}: no metric recorded in the file; pass metric= one of {METRICS}")
-    if metric not in METRICS:
-        raise InvalidInputError(f"metric must be one of {METRICS}, got {metric!r}")
-    loaded_decoder, R = factorization.dense()  # stored, or T_k·R⁻¹ recomputed by load
+    read_options = {"array": array, "decoder": decoder, "decoder_array": decoder_array, "integer_grid_bits": integer_grid_bits}
+    factorization, metric, loaded_decoder, R = _load_square(source=source, metric=metric, read_options=read_options)
     k = factorization.n
-    if R.shape != (k, k):
-        raise CertificationError(f"{source}: certificates need a square encoder (L = T_k·R⁻¹), got shape {R.shape}")
-    if k < 2:
-        raise CertificationError(f"{source}: k = {k}; the leading constant needs k >= 2")
-    R_rounded, moved = exact.round_to_grid(R, grid_bits=grid_bits)
-    has_decoder = "decoder" in factorization.metadata.get("arrays", {}) or decoder is not None
-    rounded_from = None
-    certified = source
-    if moved or has_decoder or published:
-        certified = Path(rounded_out) if rounded_out is not None else _rounded_path(source, grid_bits)
-        if certified.resolve() == source.resolve():
-            raise InvalidInputError(f"the rounded factorization would overwrite its input {source}; choose another --rounded-out")
-        say(f"writing the rounded factorization {certified}")
-        metadata = {key: value for key, value in factorization.metadata.items() if key != "arrays"}
-        changes = np.abs(R_rounded - R)
-        rounded_from = {
-            "file": source.name,
-            "sha256": file_sha256(source),
-            "grid_bits": grid_bits,
-            "entries_moved": int(np.count_nonzero(changes)),
-            "largest_change": float(changes.max(initial=0.0)),
-        }
-        if published:
-            rounded_from["array"] = array
-            rounded_from["integer_grid_bits"] = integer_grid_bits
-        metadata["rounded_from"] = rounded_from
-        Factorization(decoder=loaded_decoder, encoder=R_rounded, metadata=metadata).save(certified, store_decoder=False)
+    R_rounded, rewritten, has_decoder, rounded_from, certified = _round_encoder(
+        factorization=factorization,
+        source=source,
+        loaded_decoder=loaded_decoder,
+        R=R,
+        grid_bits=grid_bits,
+        rounded_out=rounded_out,
+        read_options=read_options,
+        say=say,
+    )
     rounded_seconds = time.perf_counter() - start
 
     say("float64 approximation of L = T_k·R̃⁻¹")
-    float_decoder = loaded_decoder if not (moved or has_decoder or published) else decoder_from_encoder(R_rounded)
+    float_decoder = loaded_decoder if not rewritten else decoder_from_encoder(R_rounded)
     approximate_decoder = loaded_decoder if has_decoder else float_decoder
     float_costs = factorization_costs(decoder=float_decoder, encoder=R_rounded)
     float_seconds = time.perf_counter() - start - rounded_seconds
 
     say(f"exact residual, series and norms (k = {k})")
-    P = exact.grid_integers(R_rounded, grid_bits=grid_bits, name="the rounded encoder")
-    M = exact.grid_integers(approximate_decoder, grid_bits=grid_bits, nearest=True, name="the decoder")
-    with exact.flint_threads():
-        record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
-    sensitivity = gmpy2.mpq(max(exact.column_abs_sums(P)), gmpy2.mpz(2) ** grid_bits)
-    decoder_bound = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
-    if metric == "maxse":
-        cost = exact.decimal_ceil(decoder_bound * sensitivity, digits=DECIMAL_DIGITS)
-    else:
-        cost = exact.decimal_ceil(exact.sqrt_upper(decoder_bound**2 * sensitivity**2 / k), digits=DECIMAL_DIGITS)
-    logs = {"k": exact.log2_lower_bound(k), "2k+1": exact.log2_lower_bound(2 * k + 1)}
-    values = {"encoder_max_column_sum": sensitivity, _DECODER_CLAIM[metric]: decoder_bound, _COST_CLAIM[metric]: cost}
-    values.update(_constants(cost, logs))
+    record, values, logs = _exact_bounds(
+        R_rounded=R_rounded, approximate_decoder=approximate_decoder, grid_bits=grid_bits, metric=metric, k=k
+    )
     exact_seconds = time.perf_counter() - start - rounded_seconds - float_seconds
 
-    constant = float_costs.max_se_constant if metric == "maxse" else float_costs.mean_se_constant
-    float64 = {
-        "encoder_max_column_sum": float_costs.encoder_max_column_sum,
-        _DECODER_CLAIM[metric]: float_costs.decoder_max_row_norm if metric == "maxse" else float_costs.decoder_frobenius_norm,
-        _COST_CLAIM[metric]: float_costs.c2 if metric == "maxse" else float_costs.cf,
-        "leading_constant": constant,
-        "lifted_constant": constant * lift_factor(k),
-    }
     certificate = Certificate(
         factorization_path=certified.resolve(),
         factorization_sha256=file_sha256(certified),
@@ -518,7 +570,7 @@ def certify_factorization(
         claims={name: Bound.of(values[name]) for name in _claim_order(metric)},
         log2_lower_bounds={name: Bound.of(value, lower=True) for name, value in logs.items()},
         certifier_record={name: Bound.of(value) for name, value in record.items()},
-        float64=float64,
+        float64=_float64_values(float_costs=float_costs, metric=metric, k=k),
         rounded_from=rounded_from,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         timings={

@@ -47,7 +47,76 @@ CHUNK = 1 << 15  # steps of noise computed ahead by the counter
 SAFE = 2**62  # sums and noise below this stay exact in int64
 
 
-class ContinualCounter:
+class _CounterState:
+    """The state side of ``ContinualCounter``: binding to a journal (``save_state``), restoring
+    from one (``_restore``), reading the kept releases back, closing."""
+
+    journal: Journal | None
+    closed: bool
+    released: int
+    _sums: list[int]
+    _fit: MonotoneFit | None
+    last_release: list[int] | None
+    mechanism_metric: str | None
+    choice: Any
+
+    def _restore(self, journal: Journal) -> None:
+        progress = journal.progress
+        self.released, self._sums = journal.released, [int(v) for v in progress["sums"]]
+        self.last_release = progress.get("last_release")
+        self.mechanism_metric = journal.header.get("planned_for")
+        if progress.get("fit") is not None:
+            self._fit = MonotoneFit.from_record(progress["fit"])
+        self.choice = None
+        self.journal = journal
+
+    def releases(self, start: int = 0, stop: int | None = None) -> list[list[int]]:
+        """The kept rows of the released steps [start, stop) (0-based; a state keeps every one):
+        [input values (d), released values (d) (with monotone: the processed, then the raw)]."""
+        if self.journal is None:
+            raise StateFileError("releases are kept in the state: give the counter a state (save_state)")
+        stop = self.released if stop is None else stop
+        return [[int(v) for v in row] for row in self.journal.rows(start, stop)]
+
+    def save_state(self, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None) -> Path:
+        """Bind the counter to a new state at ``path`` (mode 0600: it holds the generator key) and
+        commit every later release there first; a counter that has a state moves it to ``path``
+        (the old file is marked moved and refused thereafter)."""
+        if self.closed:
+            raise StateFileError("the counter was closed; it cannot save a state")
+        if self.journal is not None:
+            self.journal.move(path)
+            return self.journal.path
+        journal = Journal.create(
+            path,
+            header=_header(self),  # type: ignore[arg-type]  # a ContinualCounter
+            progress=_progress(self._sums, None, self._fit),
+            history=True,
+            registry=registry_path,
+        )
+        if self.released:
+            journal.commit(released=self.released, progress=_progress(self._sums, self.last_release, self._fit))
+        self.journal = journal
+        return journal.path
+
+    @property
+    def state_path(self) -> Path | None:
+        return None if self.journal is None else self.journal.path
+
+    def close(self) -> None:
+        """Release the state (also released when the process ends); the counter releases nothing more."""
+        if self.journal is not None:
+            self.journal.close()
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ContinualCounter(_CounterState):
     """ε-DP continual counting of one stream with a ``Mechanism`` (module docstring): ``counts(xs)``
     releases the next steps (int64, (m,) or (m, d); exact Python ints beyond int64), ``update(x)`` one.
 
@@ -194,16 +263,6 @@ class ContinualCounter:
             journal.close()
             raise
 
-    def _restore(self, journal: Journal) -> None:
-        progress = journal.progress
-        self.released, self._sums = journal.released, [int(v) for v in progress["sums"]]
-        self.last_release = progress.get("last_release")
-        self.mechanism_metric = journal.header.get("planned_for")
-        if progress.get("fit") is not None:
-            self._fit = MonotoneFit.from_record(progress["fit"])
-        self.choice = None
-        self.journal = journal
-
     # ------------------------------------------------------------------ releasing
 
     @property
@@ -280,53 +339,6 @@ class ContinualCounter:
         """The error bars of steps start … stop − 1 (0-based): each release's noise std and its
         guaranteed (1 − β) half-width (``release.error_bars``)."""
         return self._release.bars(start, stop, beta=beta)
-
-    def releases(self, start: int = 0, stop: int | None = None) -> list[list[int]]:
-        """The kept rows of the released steps [start, stop) (0-based; a state keeps every one):
-        [input values (d), released values (d) (with monotone: the processed, then the raw)]."""
-        if self.journal is None:
-            raise StateFileError("releases are kept in the state: give the counter a state (save_state)")
-        stop = self.released if stop is None else stop
-        return [[int(v) for v in row] for row in self.journal.rows(start, stop)]
-
-    # ------------------------------------------------------------------ the state
-
-    def save_state(self, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None) -> Path:
-        """Bind the counter to a new state at ``path`` (mode 0600: it holds the generator key) and
-        commit every later release there first; a counter that has a state moves it to ``path``
-        (the old file is marked moved and refused thereafter)."""
-        if self.closed:
-            raise StateFileError("the counter was closed; it cannot save a state")
-        if self.journal is not None:
-            self.journal.move(path)
-            return self.journal.path
-        journal = Journal.create(
-            path,
-            header=_header(self),
-            progress=_progress(self._sums, None, self._fit),
-            history=True,
-            registry=registry_path,
-        )
-        if self.released:
-            journal.commit(released=self.released, progress=_progress(self._sums, self.last_release, self._fit))
-        self.journal = journal
-        return journal.path
-
-    @property
-    def state_path(self) -> Path | None:
-        return None if self.journal is None else self.journal.path
-
-    def close(self) -> None:
-        """Release the state (also released when the process ends); the counter releases nothing more."""
-        if self.journal is not None:
-            self.journal.close()
-        self.closed = True
-
-    def __enter__(self) -> ContinualCounter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def summary(self) -> dict:
         """What runs, for headers and logs (``counter_summary``)."""

@@ -308,12 +308,7 @@ def private_running_counts_stream(
     Invalid events of listed keys follow ``invalid`` ("zero": dropped, "clamp": value clamped to
     [0, m], "stop": the query stops, which is not private).
 
-    The keys are cut into shards of ``keys_per_shard`` consecutive keys of the list; the clock's
-    rows are cross-joined with the shards so that every shard is invoked at every tick, and
-    ``groupBy(shard).applyInPandasWithState`` releases a shard's keys in one vectorised pass and
-    keeps their state in Spark's state store: the steps released, per key the running total, the
-    late input, and the input of steps ahead of the clock (the state also holds a digest of the
-    shard's keys: a query restarted with another key list or shard size is refused). The noise of
+    The keys are released by shards of ``keys_per_shard`` (``_release_stream``); the noise of
     (key, step) is a pure function of the generator and the key, so a micro-batch replayed after
     a crash releases exactly what it released before; with a replayable source and an idempotent
     sink (Spark's file sink) no step is released twice or missed.
@@ -323,11 +318,7 @@ def private_running_counts_stream(
     default the stream's name; give the checkpoint location) so that no other query can use it.
 
     User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
-    a first stateful stage, ``groupBy(user).transformWithStateInPandas`` (this needs the RocksDB
-    state store, and the call stops with an ``InvalidInputError`` naming the setting without it),
-    bounds each user's contributions with the user's bounds state in the state store, admitting
-    the micro-batch's events of the user in the order (step, key, value), the local engine's
-    order; a user's event at a step before its last kept step for that key is dropped."""
+    each user's contributions are bounded first, in the state store (``_bounded_users``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -337,12 +328,9 @@ def private_running_counts_stream(
             "a streaming query needs a generator that survives restarts: "
             "generator=NoiseGenerator.from_key_file(path), one key file per query, kept beside its checkpoint"
         )
-    _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
-    _check_unit(privacy_unit, user_column)
-    if "step" not in clock.columns:
-        raise InvalidInputError(f"the clock needs a column 'step' ({', '.join(clock.columns)})")
-    if invalid not in ("zero", "clamp", "stop"):
-        raise InvalidInputError(f"invalid must be zero, clamp or stop on a stream, got {invalid!r}")
+    columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
+    _check_columns(events, **columns)
+    _check_stream(clock, privacy_unit=privacy_unit, user_column=user_column, invalid=invalid)
     settings = _run_settings(
         generator=generator,
         lineage=_query_lineage(generator, query),
@@ -360,32 +348,12 @@ def private_running_counts_stream(
     spark = events.sparkSession
     shards = _shards(keys, keys_per_shard)
     key_table = _key_table(spark, shards)
-    table = _scheduled(
-        events,
-        key_table,
-        key_column=key_column,
-        step_column=step_column,
-        value_column=value_column,
-        user_column=user_column,
-        through=horizon,
-    )
+    table = _scheduled(events, key_table, **columns, through=horizon)
     table = _stream_policy(table, invalid=invalid, max_value=max_value)
     shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
     ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
     if privacy_unit == "user":
-        provider = spark.conf.get("spark.sql.streaming.stateStore.providerClass", "")
-        if "RocksDB" not in provider:
-            raise InvalidInputError(
-                "user-level streaming keeps each user's bounds with transformWithStateInPandas, which needs the RocksDB "
-                "state store: set spark.sql.streaming.stateStore.providerClass to "
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-            )
-        table = table.groupBy("user").transformWithStateInPandas(
-            statefulProcessor=_user_bounds(settings=settings, keys=keys),
-            outputStructType="key string, step long, value long",
-            outputMode="Append",
-            timeMode="None",
-        )
+        table = _bounded_users(table, settings=settings, keys=keys)
     rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(F.broadcast(key_table), on="key", how="inner")
     ticks = ticks.select(
         F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), F.lit(True).alias("tick"), "shard"
@@ -400,6 +368,37 @@ def private_running_counts_stream(
             "append",
             GroupStateTimeout.NoTimeout,
         )
+    )
+
+
+def _check_stream(clock, *, privacy_unit: str, user_column: str | None, invalid: str) -> None:
+    """A stream's options: the unit and its user column, a clock with a step column, a stream policy."""
+    _check_unit(privacy_unit, user_column)
+    if "step" not in clock.columns:
+        raise InvalidInputError(f"the clock needs a column 'step' ({', '.join(clock.columns)})")
+    if invalid not in ("zero", "clamp", "stop"):
+        raise InvalidInputError(f"invalid must be zero, clamp or stop on a stream, got {invalid!r}")
+
+
+def _bounded_users(table, *, settings: dict, keys: Sequence[str]):
+    """The user-level stage of a stream: a first stateful stage,
+    ``groupBy(user).transformWithStateInPandas`` (this needs the RocksDB state store, and the call
+    stops with an ``InvalidInputError`` naming the setting without it), bounds each user's
+    contributions with the user's bounds state in the state store, admitting the micro-batch's
+    events of the user in the order (step, key, value), the local engine's order; a user's event
+    at a step before its last kept step for that key is dropped."""
+    provider = table.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "")
+    if "RocksDB" not in provider:
+        raise InvalidInputError(
+            "user-level streaming keeps each user's bounds with transformWithStateInPandas, which needs the RocksDB "
+            "state store: set spark.sql.streaming.stateStore.providerClass to "
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        )
+    return table.groupBy("user").transformWithStateInPandas(
+        statefulProcessor=_user_bounds(settings=settings, keys=keys),
+        outputStructType="key string, step long, value long",
+        outputMode="Append",
+        timeMode="None",
     )
 
 
@@ -483,8 +482,12 @@ def _user_bounds(*, settings: dict, keys: Sequence[str]):
 
 def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict):
     """One shard in one micro-batch: release its keys' steps up to the clock (the largest tick of
-    the batch, capped at the horizon). The state is (digest of the shard's keys, steps released,
-    running totals, late inputs, inputs of steps ahead of the clock as {step: per-key list})."""
+    the batch, capped at the horizon). The keys are cut into shards of ``keys_per_shard``
+    consecutive keys of the list; the clock's rows are cross-joined with the shards so that every
+    shard is invoked at every tick, and ``groupBy(shard).applyInPandasWithState`` releases a
+    shard's keys here in one vectorised pass. The state is (digest of the shard's keys: a query
+    restarted with another key list or shard size is refused; steps released; running totals;
+    late inputs; inputs of steps ahead of the clock as {step: per-key list})."""
     import pandas as pd
 
     shard_keys = shards[int(shard[0])]

@@ -418,6 +418,305 @@ _RESUMED_SETTINGS = (
 )
 
 
+@dataclass
+class _RunState:
+    """The mutable state of a run: what a checkpoint holds, plus the divergence guard's last good point."""
+
+    parameter: Any  # the encoder R being optimised (torch tensor, float64, requires_grad)
+    adam: Any  # torch.optim.Adam over ``parameter``
+    lbfgs: Any  # torch.optim.LBFGS over ``parameter`` (replaced, memory cleared, after a rejected step)
+    step: int
+    history: list[tuple[int, float]]
+    elapsed: float
+    best_log: float
+    best_R: np.ndarray
+    lr_scale: float = 1.0
+    rejections: int = 0
+    pgd_step: float = PGD_FIRST_STEP
+    good: tuple | None = None  # (parameter, Adam state) before the last accepted Adam step
+
+
+def _start_state(*, settings: TrainSettings, state: dict | None, device: Any) -> _RunState:
+    """A fresh run's state (seeded initial R) or the one restored from checkpoint ``state``."""
+    import torch
+
+    if state is None:
+        generator = np.random.default_rng(settings.seed)
+        R0 = initial_encoder(settings, generator)
+        parameter = torch.tensor(R0, dtype=torch.float64, device=device, requires_grad=True)
+        step, history, elapsed = 0, [], 0.0
+        best_log, best_R = math.inf, R0.copy()
+    else:
+        parameter = state["parameter"].to(device).clone().requires_grad_(True)
+        step, elapsed = int(state["step"]), float(state["elapsed"])
+        history = [(int(a), float(b)) for a, b in state["history"].tolist()]
+        best_log, best_R = float(state["best_log"]), state["best_encoder"].numpy().copy()
+
+    learning_rate = cast(float, settings.learning_rate)
+    adam = torch.optim.Adam([parameter], lr=learning_rate)
+    lbfgs = torch.optim.LBFGS([parameter], **LBFGS_OPTIONS)
+    run = _RunState(
+        parameter=parameter,
+        adam=adam,
+        lbfgs=lbfgs,
+        step=step,
+        history=history,
+        elapsed=elapsed,
+        best_log=best_log,
+        best_R=best_R,
+    )
+    if state is not None:
+        adam.load_state_dict(state["adam"])
+        lbfgs.load_state_dict(state["lbfgs"])
+        run.lr_scale, run.rejections = float(state.get("lr_scale", 1.0)), int(state.get("rejections", 0))
+        run.pgd_step = float(state.get("pgd_step", PGD_FIRST_STEP))
+    return run
+
+
+def _snapshot(*, run: _RunState, settings: TrainSettings) -> dict:
+    """The checkpoint of ``run`` (``CHECKPOINT_FORMAT``)."""
+    import torch
+
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "settings": settings.as_dict(),
+        "parameter": run.parameter.detach().cpu().clone(),
+        "adam": run.adam.state_dict(),
+        "lbfgs": run.lbfgs.state_dict(),
+        "step": run.step,
+        "elapsed": run.elapsed,
+        "history": torch.tensor(run.history, dtype=torch.float64).reshape(-1, 2),
+        "best_log": run.best_log,
+        "best_encoder": torch.from_numpy(run.best_R.copy()),
+        "lr_scale": run.lr_scale,
+        "rejections": run.rejections,
+        "pgd_step": run.pgd_step,
+        "library_version": pure_dp_mf.__version__,
+    }
+
+
+def _normalise(*, run: _RunState, settings: TrainSettings) -> None:
+    """Fix the scale after a step: ‖R‖₁→₁ = 1, or project the columns onto the ℓ1 ball ("projected")."""
+    import torch
+
+    if settings.surrogate == "projected":
+        project_columns_to_l1_ball(run.parameter)
+        return
+    with torch.no_grad():
+        run.parameter.div_(run.parameter.abs().sum(dim=0).max())
+
+
+def _evaluate(*, objective: _Objective, run: _RunState, p: float, dtype: Any) -> tuple:
+    """(surrogate, true log-cost as a float); a singular R counts as an infinite cost."""
+    try:
+        loss, true = objective(run.parameter.to(dtype), p)
+    except RuntimeError:  # torch.linalg.inv on an exactly singular matrix
+        return None, math.inf
+    return loss, float(true.detach())
+
+
+def _rejected(*, run: _RunState, settings: TrainSettings, current: float) -> bool:
+    """Whether the divergence guard refuses a step that reached log-cost ``current``."""
+    return not math.isfinite(current) or current > run.best_log + math.log(settings.guard_factor)
+
+
+def _best_candidate(*, run: _RunState, current: float) -> np.ndarray | None:
+    """A copy of the current R when its log-cost ``current`` beats the best so far, else None."""
+    return run.parameter.detach().cpu().numpy().copy() if current < run.best_log else None
+
+
+def _adam_step(*, run: _RunState, settings: TrainSettings, objective: _Objective) -> tuple[float, np.ndarray | None] | None:
+    """One Adam step on the annealed surrogate: (log-cost, R if best) or None when the guard undid a step."""
+    import torch
+
+    learning_rate, final_learning_rate = cast(float, settings.learning_rate), cast(float, settings.final_learning_rate)
+    fraction = run.step / max(settings.adam_steps - 1, 1)
+    p = _schedule(settings.p_start, settings.p_end, fraction)
+    for group in run.adam.param_groups:
+        group["lr"] = run.lr_scale * _schedule(learning_rate, final_learning_rate, fraction)
+    run.adam.zero_grad(set_to_none=True)
+    adam_dtype = torch.float32 if settings.adam_precision == "float32" else torch.float64
+    loss, current = _evaluate(objective=objective, run=run, p=p, dtype=adam_dtype)
+    if _rejected(run=run, settings=settings, current=current):
+        # Divergence guard: the last step blew the cost up (L = T·R⁻¹ near singular).
+        # Undo it (parameter and Adam moments), halve the learning rate, retry.
+        if run.good is None or run.rejections >= MAX_REJECTIONS:
+            raise PureDPMFError(
+                f"training diverged at step {run.step} (cost {current}) after {run.rejections} rejected steps; lower --learning-rate"
+            )
+        with torch.no_grad():
+            run.parameter.copy_(run.good[0])
+        run.adam.load_state_dict(run.good[1])
+        run.lr_scale, run.rejections = run.lr_scale / 2, run.rejections + 1
+        run.good = None
+        return None
+    loss.backward()
+    R_now = _best_candidate(run=run, current=current)
+    run.good = (run.parameter.detach().clone(), _copy_state(run.adam.state_dict()))
+    run.adam.step()
+    _normalise(run=run, settings=settings)
+    return current, R_now
+
+
+def _projected_step(*, run: _RunState, settings: TrainSettings, objective: _Objective) -> tuple[float, np.ndarray | None]:
+    """One projected-gradient polish step with Armijo backtracking: (log-cost, R if best)."""
+    import torch
+
+    # Projected gradient with backtracking (L-BFGS would not respect the constraint):
+    # R ← P(R − t·g), accepted when the surrogate drops by at least 10⁻⁴·⟨g, ΔR⟩
+    # (Armijo along the projection arc), t halved until it does and doubled after.
+    parameter = run.parameter
+    parameter.grad = None
+    loss, _ = objective(parameter, settings.p_end)
+    loss.backward()
+    gradient = cast(Any, parameter.grad)
+    with torch.no_grad():
+        value, trial = float(loss), parameter.detach().clone()
+        while run.pgd_step > 1e-30:
+            trial = parameter - run.pgd_step * gradient
+            project_columns_to_l1_ball(trial)
+            trial_loss, trial_true = objective(trial, settings.p_end)
+            if float(trial_loss) <= value + 1e-4 * float((gradient * (trial - parameter)).sum()):
+                break
+            run.pgd_step /= 2
+        else:  # no descent step left: stay
+            trial = parameter.detach().clone()
+        parameter.copy_(trial)
+        run.pgd_step = min(2 * run.pgd_step, 1e6)
+        current = _evaluate(objective=objective, run=run, p=settings.p_end, dtype=torch.float64)[1]
+    return current, _best_candidate(run=run, current=current)
+
+
+def _lbfgs_step(*, run: _RunState, settings: TrainSettings, objective: _Objective) -> tuple[float, np.ndarray | None] | None:
+    """One L-BFGS polish step at p_end: (log-cost, R if best) or None when the guard went back to the best R."""
+    import torch
+
+    p = settings.p_end
+    parameter, lbfgs = run.parameter, run.lbfgs
+
+    def closure():
+        lbfgs.zero_grad(set_to_none=True)
+        loss, _ = objective(parameter, p)
+        loss.backward()
+        return loss
+
+    try:
+        lbfgs.step(closure)
+    except RuntimeError:  # singular R inside the line search
+        pass
+    _normalise(run=run, settings=settings)
+    with torch.no_grad():
+        current = _evaluate(objective=objective, run=run, p=p, dtype=torch.float64)[1]
+    if _rejected(run=run, settings=settings, current=current):
+        if run.rejections >= MAX_REJECTIONS:
+            raise PureDPMFError(f"L-BFGS diverged at step {run.step} (cost {current})")
+        with torch.no_grad():  # back to the best encoder, with a fresh L-BFGS memory
+            parameter.copy_(torch.from_numpy(run.best_R).to(torch.device(settings.device)))
+        run.lbfgs = torch.optim.LBFGS([parameter], **LBFGS_OPTIONS)
+        run.rejections += 1
+        return None
+    return current, _best_candidate(run=run, current=current)
+
+
+def _train_steps(
+    *,
+    run: _RunState,
+    settings: TrainSettings,
+    objective: _Objective,
+    checkpoint: str | os.PathLike | None,
+    stop_after: int | None,
+    progress: ProgressCallback | None,
+) -> bool:
+    """Run the Adam, then the polish steps until done, ``stop_after``, a signal or a ``KeyboardInterrupt``
+    from ``progress`` (True then), checkpointing every ``checkpoint_every`` steps; adds the time to ``run.elapsed``."""
+    k = settings.base_size
+    total = settings.adam_steps + settings.lbfgs_steps
+    interrupted = False
+    started = time.perf_counter()
+    last_checkpoint = run.step
+    stop_signals: list[int] = []
+    previous_handlers = {}
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C / SIGTERM end the current step first
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous_handlers[number] = signal.signal(number, lambda signum, frame: stop_signals.append(signum))
+    try:
+        while run.step < total and (stop_after is None or run.step < stop_after) and not stop_signals:
+            if run.step < settings.adam_steps:
+                outcome = _adam_step(run=run, settings=settings, objective=objective)
+            elif settings.surrogate == "projected":
+                outcome = _projected_step(run=run, settings=settings, objective=objective)
+            else:
+                outcome = _lbfgs_step(run=run, settings=settings, objective=objective)
+            if outcome is None:  # rejected by the divergence guard: retry
+                continue
+            current, R_now = outcome
+            if R_now is not None:
+                run.best_log, run.best_R = current, R_now
+            run.step += 1
+            if run.step % 50 == 0 or run.step == total:
+                run.history.append((run.step, true_cost_to_constant(current, base_size=k)))
+            if progress is not None:
+                progress(
+                    run.step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(run.best_log, base_size=k)
+                )
+            if checkpoint is not None and run.step - last_checkpoint >= settings.checkpoint_every:
+                elapsed_now = run.elapsed + time.perf_counter() - started
+                run.elapsed, started = elapsed_now, time.perf_counter()
+                _save_checkpoint(checkpoint, _snapshot(run=run, settings=settings))
+                last_checkpoint = run.step
+    except KeyboardInterrupt:  # raised by a progress callback
+        interrupted = True
+    finally:
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
+    run.elapsed += time.perf_counter() - started
+    return interrupted
+
+
+def _train_result(*, run: _RunState, settings: TrainSettings, interrupted: bool, out: str | os.PathLike | None) -> TrainResult:
+    """The best R found as a factorization on the grid (costs and provenance in its metadata), written to ``out``."""
+    import torch
+
+    k = settings.base_size
+    metadata = {
+        "metric": settings.metric,
+        "base_size": k,
+        "made_by": {
+            "tool": "pure_dp_mf.train",
+            "settings": settings.as_dict(),
+            "steps_done": run.step,
+            "steps_planned": settings.adam_steps + settings.lbfgs_steps,
+            "rejected_steps": run.rejections,
+            "finished": not interrupted,
+            "wall_time_seconds": round(run.elapsed, 3),
+            "library_version": pure_dp_mf.__version__,
+            "torch_version": torch.__version__,
+            "encoder_grid": f"2^-{GRID_BITS}",
+        },
+    }
+    factorization = factorization_from_encoder(run.best_R, metadata=metadata)
+    costs = factorization.costs()
+    metadata["costs"] = {
+        "c2": costs.c2,
+        "cf": costs.cf,
+        "max_se_constant": costs.max_se_constant,
+        "mean_se_constant": costs.mean_se_constant,
+        "residual": factorization.residual(),
+        "paper_table_2": paper_target(base_size=k, metric=settings.metric),
+    }
+    factorization.metadata = metadata
+    if out is not None:
+        factorization.save(out, store_decoder=factorization.inner_size != factorization.n)
+    return TrainResult(
+        factorization=factorization,
+        history=run.history,
+        steps_done=run.step,
+        interrupted=interrupted,
+        wall_time=run.elapsed,
+        rejected_steps=run.rejections,
+    )
+
+
 def train_base_factorization(
     *,
     settings: TrainSettings,
@@ -448,212 +747,14 @@ def train_base_factorization(
     if threads is not None:
         torch.set_num_threads(check_size(threads, name="threads"))
     device = torch.device(settings.device)
-    k = settings.base_size
     objective = _Objective(settings, torch, device)
     total = settings.adam_steps + settings.lbfgs_steps
-
-    if state is None:
-        generator = np.random.default_rng(settings.seed)
-        R0 = initial_encoder(settings, generator)
-        parameter = torch.tensor(R0, dtype=torch.float64, device=device, requires_grad=True)
-        step, history, elapsed = 0, [], 0.0
-        best_log, best_R = math.inf, R0.copy()
-    else:
-        parameter = state["parameter"].to(device).clone().requires_grad_(True)
-        step, elapsed = int(state["step"]), float(state["elapsed"])
-        history = [(int(a), float(b)) for a, b in state["history"].tolist()]
-        best_log, best_R = float(state["best_log"]), state["best_encoder"].numpy().copy()
-
-    learning_rate, final_learning_rate = cast(float, settings.learning_rate), cast(float, settings.final_learning_rate)
-    adam = torch.optim.Adam([parameter], lr=learning_rate)
-    lbfgs = torch.optim.LBFGS([parameter], **LBFGS_OPTIONS)
-    lr_scale, rejections, good = 1.0, 0, None
-    pgd_step = PGD_FIRST_STEP
-    if state is not None:
-        adam.load_state_dict(state["adam"])
-        lbfgs.load_state_dict(state["lbfgs"])
-        lr_scale, rejections = float(state.get("lr_scale", 1.0)), int(state.get("rejections", 0))
-        pgd_step = float(state.get("pgd_step", PGD_FIRST_STEP))
-
-    def normalise() -> None:
-        if settings.surrogate == "projected":
-            project_columns_to_l1_ball(parameter)
-            return
-        with torch.no_grad():
-            parameter.div_(parameter.abs().sum(dim=0).max())
-
-    def snapshot() -> dict:
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "settings": settings.as_dict(),
-            "parameter": parameter.detach().cpu().clone(),
-            "adam": adam.state_dict(),
-            "lbfgs": lbfgs.state_dict(),
-            "step": step,
-            "elapsed": elapsed,
-            "history": torch.tensor(history, dtype=torch.float64).reshape(-1, 2),
-            "best_log": best_log,
-            "best_encoder": torch.from_numpy(best_R.copy()),
-            "lr_scale": lr_scale,
-            "rejections": rejections,
-            "pgd_step": pgd_step,
-            "library_version": pure_dp_mf.__version__,
-        }
-
-    interrupted = False
-    started = time.perf_counter()
-    last_checkpoint = step
-    stop_signals: list[int] = []
-    previous_handlers = {}
-    adam_dtype = torch.float32 if settings.adam_precision == "float32" else torch.float64
-    guard = math.log(settings.guard_factor)
-    if threading.current_thread() is threading.main_thread():  # Ctrl-C / SIGTERM end the current step first
-        for number in (signal.SIGINT, signal.SIGTERM):
-            previous_handlers[number] = signal.signal(number, lambda signum, frame: stop_signals.append(signum))
-
-    def evaluate(p: float, dtype) -> tuple:
-        """(surrogate, true log-cost as a float); a singular R counts as an infinite cost."""
-        try:
-            loss, true = objective(parameter.to(dtype), p)
-        except RuntimeError:  # torch.linalg.inv on an exactly singular matrix
-            return None, math.inf
-        return loss, float(true.detach())
-
-    def rejected(current: float) -> bool:
-        return not math.isfinite(current) or current > best_log + guard
-
-    try:
-        while step < total and (stop_after is None or step < stop_after) and not stop_signals:
-            if step < settings.adam_steps:
-                fraction = step / max(settings.adam_steps - 1, 1)
-                p = _schedule(settings.p_start, settings.p_end, fraction)
-                for group in adam.param_groups:
-                    group["lr"] = lr_scale * _schedule(learning_rate, final_learning_rate, fraction)
-                adam.zero_grad(set_to_none=True)
-                loss, current = evaluate(p, adam_dtype)
-                if rejected(current):
-                    # Divergence guard: the last step blew the cost up (L = T·R⁻¹ near singular).
-                    # Undo it (parameter and Adam moments), halve the learning rate, retry.
-                    if good is None or rejections >= MAX_REJECTIONS:
-                        raise PureDPMFError(
-                            f"training diverged at step {step} (cost {current}) after {rejections} "
-                            "rejected steps; lower --learning-rate"
-                        )
-                    with torch.no_grad():
-                        parameter.copy_(good[0])
-                    adam.load_state_dict(good[1])
-                    lr_scale, rejections = lr_scale / 2, rejections + 1
-                    good = None
-                    continue
-                loss.backward()
-                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
-                good = (parameter.detach().clone(), _copy_state(adam.state_dict()))
-                adam.step()
-                normalise()
-            elif settings.surrogate == "projected":
-                # Projected gradient with backtracking (L-BFGS would not respect the constraint):
-                # R ← P(R − t·g), accepted when the surrogate drops by at least 10⁻⁴·⟨g, ΔR⟩
-                # (Armijo along the projection arc), t halved until it does and doubled after.
-                parameter.grad = None
-                loss, _ = objective(parameter, settings.p_end)
-                loss.backward()
-                gradient = cast(Any, parameter.grad)
-                with torch.no_grad():
-                    value, trial = float(loss), parameter.detach().clone()
-                    while pgd_step > 1e-30:
-                        trial = parameter - pgd_step * gradient
-                        project_columns_to_l1_ball(trial)
-                        trial_loss, trial_true = objective(trial, settings.p_end)
-                        if float(trial_loss) <= value + 1e-4 * float((gradient * (trial - parameter)).sum()):
-                            break
-                        pgd_step /= 2
-                    else:  # no descent step left: stay
-                        trial = parameter.detach().clone()
-                    parameter.copy_(trial)
-                    pgd_step = min(2 * pgd_step, 1e6)
-                    current = evaluate(settings.p_end, torch.float64)[1]
-                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
-            else:
-                p = settings.p_end
-
-                def closure():
-                    lbfgs.zero_grad(set_to_none=True)
-                    loss, _ = objective(parameter, p)
-                    loss.backward()
-                    return loss
-
-                try:
-                    lbfgs.step(closure)
-                except RuntimeError:  # singular R inside the line search
-                    pass
-                normalise()
-                with torch.no_grad():
-                    current = evaluate(p, torch.float64)[1]
-                if rejected(current):
-                    if rejections >= MAX_REJECTIONS:
-                        raise PureDPMFError(f"L-BFGS diverged at step {step} (cost {current})")
-                    with torch.no_grad():  # back to the best encoder, with a fresh L-BFGS memory
-                        parameter.copy_(torch.from_numpy(best_R).to(device))
-                    lbfgs = torch.optim.LBFGS([parameter], **LBFGS_OPTIONS)
-                    rejections += 1
-                    continue
-                R_now = parameter.detach().cpu().numpy().copy() if current < best_log else None
-            if R_now is not None:
-                best_log, best_R = current, R_now
-            step += 1
-            if step % 50 == 0 or step == total:
-                history.append((step, true_cost_to_constant(current, base_size=k)))
-            if progress is not None:
-                progress(step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(best_log, base_size=k))
-            if checkpoint is not None and step - last_checkpoint >= settings.checkpoint_every:
-                elapsed_now = elapsed + time.perf_counter() - started
-                elapsed, started = elapsed_now, time.perf_counter()
-                _save_checkpoint(checkpoint, snapshot())
-                last_checkpoint = step
-    except KeyboardInterrupt:  # raised by a progress callback
-        interrupted = True
-    finally:
-        for number, handler in previous_handlers.items():
-            signal.signal(number, handler)
-    elapsed += time.perf_counter() - started
-    if step < total:
+    run = _start_state(settings=settings, state=state, device=device)
+    interrupted = _train_steps(
+        run=run, settings=settings, objective=objective, checkpoint=checkpoint, stop_after=stop_after, progress=progress
+    )
+    if run.step < total:
         interrupted = True
     if checkpoint is not None:
-        _save_checkpoint(checkpoint, snapshot())
-    metadata = {
-        "metric": settings.metric,
-        "base_size": k,
-        "made_by": {
-            "tool": "pure_dp_mf.train",
-            "settings": settings.as_dict(),
-            "steps_done": step,
-            "steps_planned": total,
-            "rejected_steps": rejections,
-            "finished": not interrupted,
-            "wall_time_seconds": round(elapsed, 3),
-            "library_version": pure_dp_mf.__version__,
-            "torch_version": torch.__version__,
-            "encoder_grid": f"2^-{GRID_BITS}",
-        },
-    }
-    factorization = factorization_from_encoder(best_R, metadata=metadata)
-    costs = factorization.costs()
-    metadata["costs"] = {
-        "c2": costs.c2,
-        "cf": costs.cf,
-        "max_se_constant": costs.max_se_constant,
-        "mean_se_constant": costs.mean_se_constant,
-        "residual": factorization.residual(),
-        "paper_table_2": paper_target(base_size=k, metric=settings.metric),
-    }
-    factorization.metadata = metadata
-    if out is not None:
-        factorization.save(out, store_decoder=factorization.inner_size != factorization.n)
-    return TrainResult(
-        factorization=factorization,
-        history=history,
-        steps_done=step,
-        interrupted=interrupted,
-        wall_time=elapsed,
-        rejected_steps=rejections,
-    )
+        _save_checkpoint(checkpoint, _snapshot(run=run, settings=settings))
+    return _train_result(run=run, settings=settings, interrupted=interrupted, out=out)

@@ -355,6 +355,44 @@ def optimize(
     bound on the optimum of the chosen constraint set (up to float64 rounding).
     """
     started = time.perf_counter()
+    A, schema, gap, max_iterations, check_every, use_primal = _check_arguments(
+        workload=workload,
+        max_participations=max_participations,
+        min_sep=min_sep,
+        gap=gap,
+        constraint=constraint,
+        max_iterations=max_iterations,
+        check_every=check_every,
+        method=method,
+    )
+    if use_primal:
+        with _blas_threads(A.shape[0]):
+            X, bound, v, iteration, history = _masked_primal(A, schema, constraint, gap, max_iterations, check_every, progress)
+        return _result(A, schema, constraint, X, bound, v, iteration, gap, started, workload_name, history)
+    X, bound, v, iteration, history = _dual_ascent(
+        A=A,
+        schema=schema,
+        constraint=constraint,
+        gap=gap,
+        max_iterations=max_iterations,
+        check_every=check_every,
+        progress=progress,
+    )
+    return _result(A, schema, constraint, X, bound, v, iteration, gap, started, workload_name, history)
+
+
+def _check_arguments(
+    *,
+    workload: object,
+    max_participations: int,
+    min_sep: int | None,
+    gap: float,
+    constraint: Constraint,
+    max_iterations: int,
+    check_every: int,
+    method: str,
+) -> tuple[np.ndarray, Participation, float, int, int, bool]:
+    """``optimize``'s checked arguments: (A, schema, gap, max_iterations, check_every, whether to use the masked primal)."""
     A = check_workload(workload)
     n = A.shape[0]
     if n > MAX_STEPS:
@@ -375,11 +413,22 @@ def optimize(
     primal_possible = constraint != "full" and n == k * schema.min_sep
     if method == "masked-primal" and not primal_possible:
         raise InvalidInputError("the masked primal method needs n = k·b and constraint 'nonnegative' or 'pairs'")
-    if method == "masked-primal" or (method == "auto" and primal_possible):
-        with _blas_threads(n):
-            X, bound, v, iteration, history = _masked_primal(A, schema, constraint, gap, max_iterations, check_every, progress)
-        return _result(A, schema, constraint, X, bound, v, iteration, gap, started, workload_name, history)
+    use_primal = method == "masked-primal" or (method == "auto" and primal_possible)
+    return A, schema, gap, max_iterations, check_every, use_primal
 
+
+def _dual_ascent(
+    *,
+    A: np.ndarray,
+    schema: Participation,
+    constraint: str,
+    gap: float,
+    max_iterations: int,
+    check_every: int,
+    progress: Callable[[Check], None] | None,
+):
+    """Spectral projected gradient ascent on the dual g (module docstring): (X, bound, v, iterations, history)."""
+    n = A.shape[0]
     dual = _Dual(A, schema, constraint)
     z = dual.initial()
     state = dual.evaluate(z)
@@ -430,7 +479,7 @@ def optimize(
             iteration += 1
         if best.X is None:
             best.X = _repair(state[2], schema, constraint)
-    return _result(A, schema, constraint, best.X, best.bound, best.v, iteration, gap, started, workload_name, best.history)
+    return best.X, best.bound, best.v, iteration, best.history
 
 
 def _result(A, schema, constraint, best_X, best_bound, best_v, iteration, gap, started, workload_name, history):

@@ -347,6 +347,75 @@ def _condition(name: str, holds: bool | str, detail: str) -> Condition:
     return Condition(name, status, detail)
 
 
+def _family_conditions(*, L: scipy.sparse.csr_matrix, R: scipy.sparse.csr_matrix, n: int, a: int, b: int) -> list[Condition]:
+    """The conditions on the set families (A_i, B_i) of a 0/1 factorization: disjoint, cross, counting, entropy_c2."""
+    m = n - 1
+    conditions: list[Condition] = [
+        _condition("zero_one", True, "every entry of L and R is 0 or 1"),
+        _condition("factorization", True, f"L·R = T_{n} exactly (checked as L·(R·D) = I)"),
+    ]
+    violation = family_violation(L, R)
+    if violation is None:
+        conditions += [
+            _condition("disjoint", True, f"A_i ∩ B_i = ∅ for 1 ≤ i ≤ {m}"),
+            _condition("cross", True, f"A_i ∩ B_j ≠ ∅ for 1 ≤ i < j ≤ {m}"),
+        ]
+    else:
+        kind, i, j = violation
+        text = f"A_{i} ∩ B_{i} ≠ ∅" if kind == "disjoint" else f"A_{i} ∩ B_{j} = ∅ with {i} < {j}"
+        conditions.append(_condition(kind, False, text))
+    conditions.append(
+        _condition("counting", m <= math.comb(a + b, a), f"n−1 = {m} ≤ C(a+b, a) = C({a + b}, {a}) at a = {a}, b = {b}")
+    )
+    conditions.append(
+        _condition(
+            "entropy_c2", _compare(Fraction(a * a * b), _c2_bound_squared_bracket(n)), f"a²·b = {a * a * b} ≥ 0.290²·log₂³(n−1)"
+        )
+    )
+    return conditions
+
+
+def _markov_conditions(
+    *, n: int, a: int, sizes_a: np.ndarray, sizes_b: np.ndarray, c2_squared: int, cf_squared: Fraction
+) -> list[Condition]:
+    """The Markov-restricted conditions (markov, counting_markov, entropy_cf) and both final bounds."""
+    m = n - 1
+    mean_b = Fraction(int(sizes_b.sum()), m)
+    in_s = sizes_b.astype(np.int64) * m <= 2 * int(sizes_b.sum())  # |B_i| ≤ 2b̄, in integers
+    size_s = int(in_s.sum())
+    a_s, b_s = int(sizes_a[in_s].max()), int(sizes_b[in_s].max())
+    return [
+        _condition("markov", 2 * size_s >= m, f"|S| = {size_s} ≥ m/2 = {Fraction(m, 2)}, S = {{i : |B_i| ≤ 2b̄}}, b̄ = {mean_b}"),
+        _condition(
+            "counting_markov", size_s <= math.comb(a_s + b_s, a_s), f"|S| = {size_s} ≤ C(a_S+b_S, a_S) = C({a_s + b_s}, {a_s})"
+        ),
+        _condition(
+            "entropy_cf",
+            _compare(a * a * mean_b, _ln_cubed_over_216_bracket(m)),
+            f"a²·b̄ = {a * a * mean_b} ≥ (ln 2/6)³·log₂³(n−1)",
+        ),
+        _condition(
+            "bound_c2", _compare(Fraction(c2_squared), _c2_bound_squared_bracket(n)), f"c₂² = {c2_squared} ≥ 0.290²·log₂³(n−1)"
+        ),
+        _condition(
+            "bound_cf",
+            _compare(cf_squared, _ln_cubed_over_216_bracket(m, Fraction(m, n))),
+            f"c_F² = {cf_squared} ≥ (ln 2/6)³·(1−1/n)·log₂³(n−1)",
+        ),
+    ]
+
+
+def _verdict(conditions: list[Condition]) -> tuple[str, str]:
+    """(status, reason) of a report from its conditions: the first one that does not hold decides."""
+    failed = next((c for c in conditions if c.status != "holds"), None)
+    if failed is None:
+        return STATUS_HOLDS, "0/1 factorization of T_n: every condition of the proof and both bounds hold"
+    if failed.status == "undecided":
+        return STATUS_UNDECIDED, f"condition {failed.name} could not be decided at 2^-20 precision: {failed.detail}"
+    reason = f"condition {failed.name} fails on a valid 0/1 factorization ({failed.detail}): a bug in the checker or a gap in the paper"
+    return STATUS_VIOLATION, reason
+
+
 def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
     """Check Arkhipov & Kalinin's 0/1 lower bounds on T_n = decoder·encoder (dense or scipy.sparse).
 
@@ -382,59 +451,9 @@ def check_lower_bound(*, decoder: Any, encoder: Any) -> LowerBoundReport:
     cf_squared = Fraction(frobenius * norm_r**2, n)
     sizes_a, sizes_b = column_sizes[1:], row_sizes[:m]  # |A_i|, |B_i|, i = 1 … m
     a, b = int(sizes_a.max()), int(sizes_b.max())
-    conditions: list[Condition] = [
-        _condition("zero_one", True, "every entry of L and R is 0 or 1"),
-        _condition("factorization", True, f"L·R = T_{n} exactly (checked as L·(R·D) = I)"),
-    ]
-    violation = family_violation(L, R)
-    if violation is None:
-        conditions += [
-            _condition("disjoint", True, f"A_i ∩ B_i = ∅ for 1 ≤ i ≤ {m}"),
-            _condition("cross", True, f"A_i ∩ B_j ≠ ∅ for 1 ≤ i < j ≤ {m}"),
-        ]
-    else:
-        kind, i, j = violation
-        text = f"A_{i} ∩ B_{i} ≠ ∅" if kind == "disjoint" else f"A_{i} ∩ B_{j} = ∅ with {i} < {j}"
-        conditions.append(_condition(kind, False, text))
-    conditions.append(
-        _condition("counting", m <= math.comb(a + b, a), f"n−1 = {m} ≤ C(a+b, a) = C({a + b}, {a}) at a = {a}, b = {b}")
-    )
-    conditions.append(
-        _condition(
-            "entropy_c2", _compare(Fraction(a * a * b), _c2_bound_squared_bracket(n)), f"a²·b = {a * a * b} ≥ 0.290²·log₂³(n−1)"
-        )
-    )
-    mean_b = Fraction(int(sizes_b.sum()), m)
-    in_s = sizes_b.astype(np.int64) * m <= 2 * int(sizes_b.sum())  # |B_i| ≤ 2b̄, in integers
-    size_s = int(in_s.sum())
-    a_s, b_s = int(sizes_a[in_s].max()), int(sizes_b[in_s].max())
-    conditions += [
-        _condition("markov", 2 * size_s >= m, f"|S| = {size_s} ≥ m/2 = {Fraction(m, 2)}, S = {{i : |B_i| ≤ 2b̄}}, b̄ = {mean_b}"),
-        _condition(
-            "counting_markov", size_s <= math.comb(a_s + b_s, a_s), f"|S| = {size_s} ≤ C(a_S+b_S, a_S) = C({a_s + b_s}, {a_s})"
-        ),
-        _condition(
-            "entropy_cf",
-            _compare(a * a * mean_b, _ln_cubed_over_216_bracket(m)),
-            f"a²·b̄ = {a * a * mean_b} ≥ (ln 2/6)³·log₂³(n−1)",
-        ),
-        _condition(
-            "bound_c2", _compare(Fraction(c2_squared), _c2_bound_squared_bracket(n)), f"c₂² = {c2_squared} ≥ 0.290²·log₂³(n−1)"
-        ),
-        _condition(
-            "bound_cf",
-            _compare(cf_squared, _ln_cubed_over_216_bracket(m, Fraction(m, n))),
-            f"c_F² = {cf_squared} ≥ (ln 2/6)³·(1−1/n)·log₂³(n−1)",
-        ),
-    ]
-    failed = next((c for c in conditions if c.status != "holds"), None)
-    if failed is None:
-        status, reason = STATUS_HOLDS, "0/1 factorization of T_n: every condition of the proof and both bounds hold"
-    elif failed.status == "undecided":
-        status, reason = STATUS_UNDECIDED, f"condition {failed.name} could not be decided at 2^-20 precision: {failed.detail}"
-    else:
-        status = STATUS_VIOLATION
-        reason = f"condition {failed.name} fails on a valid 0/1 factorization ({failed.detail}): a bug in the checker or a gap in the paper"
+    conditions = _family_conditions(L=L, R=R, n=n, a=a, b=b)
+    conditions += _markov_conditions(n=n, a=a, sizes_a=sizes_a, sizes_b=sizes_b, c2_squared=c2_squared, cf_squared=cf_squared)
+    status, reason = _verdict(conditions)
     return LowerBoundReport(
         n,
         inner,

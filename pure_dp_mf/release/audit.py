@@ -444,6 +444,46 @@ class AuditReport:
         return asdict(self)
 
 
+def _audit_pair(*, target: AuditTarget, pair: Pair, selection: np.ndarray, estimation: np.ndarray, alpha: float) -> PairResult:
+    """One pair: choose statistic, direction and threshold on ``selection``, bound ε on ``estimation``."""
+    half = estimation.shape[0]
+    shift = target.workload @ (pair.neighbour - pair.stream)
+    exact, statistics = _statistics(target, shift)
+    # e = y − W·x: noise under x, noise + shift under x′.
+    choice = (-math.inf, statistics[0], "+", math.inf)
+    for statistic in statistics:
+        score, direction, tau = _select(statistic.evaluate(selection), statistic.evaluate(selection + shift), alpha=alpha)
+        if score > choice[0]:
+            choice = (score, statistic, direction, tau)
+    _, statistic, direction, tau = choice
+    s_x, s_xp = statistic.evaluate(estimation), statistic.evaluate(estimation + shift)
+    if direction == "+":
+        fav, oth, favoured, event = int((s_xp >= tau).sum()), int((s_x >= tau).sum()), "x′", f"{statistic.name} ≥ {tau:.6g}"
+    else:
+        fav, oth, favoured, event = int((s_x <= tau).sum()), int((s_xp <= tau).sum()), "x", f"{statistic.name} ≤ {tau:.6g}"
+    lower, _ = clopper_pearson(fav, half, alpha=alpha)
+    _, upper = clopper_pearson(oth, half, alpha=alpha)
+    bound = float(_log_ratio(lower, upper))
+    estimate = math.log(fav / oth) if fav and oth else (math.inf if fav else -math.inf)
+    return PairResult(
+        name=pair.name,
+        position=pair.position,
+        stream_ones=int(pair.stream.sum()),
+        statistic=statistic.name,
+        event=event,
+        favoured=favoured,
+        count_favoured=fav,
+        count_other=oth,
+        trials=half,
+        probability_favoured_lower=float(lower),
+        probability_other_upper=float(upper),
+        epsilon_estimate=estimate,
+        epsilon_lower=bound,
+        exact_loss=exact,
+        contradicted=bound > target.epsilon,
+    )
+
+
 def audit(
     target: AuditTarget,
     *,
@@ -483,43 +523,7 @@ def audit(
     results = []
     for pair in pairs:
         say(f"pair {pair.name}")
-        shift = target.workload @ (pair.neighbour - pair.stream)
-        exact, statistics = _statistics(target, shift)
-        # e = y − W·x: noise under x, noise + shift under x′.
-        choice = (-math.inf, statistics[0], "+", math.inf)
-        for statistic in statistics:
-            score, direction, tau = _select(statistic.evaluate(selection), statistic.evaluate(selection + shift), alpha=alpha)
-            if score > choice[0]:
-                choice = (score, statistic, direction, tau)
-        _, statistic, direction, tau = choice
-        s_x, s_xp = statistic.evaluate(estimation), statistic.evaluate(estimation + shift)
-        if direction == "+":
-            fav, oth, favoured, event = int((s_xp >= tau).sum()), int((s_x >= tau).sum()), "x′", f"{statistic.name} ≥ {tau:.6g}"
-        else:
-            fav, oth, favoured, event = int((s_x <= tau).sum()), int((s_xp <= tau).sum()), "x", f"{statistic.name} ≤ {tau:.6g}"
-        lower, _ = clopper_pearson(fav, half, alpha=alpha)
-        _, upper = clopper_pearson(oth, half, alpha=alpha)
-        bound = float(_log_ratio(lower, upper))
-        estimate = math.log(fav / oth) if fav and oth else (math.inf if fav else -math.inf)
-        results.append(
-            PairResult(
-                name=pair.name,
-                position=pair.position,
-                stream_ones=int(pair.stream.sum()),
-                statistic=statistic.name,
-                event=event,
-                favoured=favoured,
-                count_favoured=fav,
-                count_other=oth,
-                trials=half,
-                probability_favoured_lower=float(lower),
-                probability_other_upper=float(upper),
-                epsilon_estimate=estimate,
-                epsilon_lower=bound,
-                exact_loss=exact,
-                contradicted=bound > target.epsilon,
-            )
-        )
+        results.append(_audit_pair(target=target, pair=pair, selection=selection, estimation=estimation, alpha=alpha))
     best = max(r.epsilon_lower for r in results)
     contradicted = any(r.contradicted for r in results)
     statement = (
