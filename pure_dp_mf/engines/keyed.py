@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -127,7 +128,85 @@ class ContributionBounder:
         self._keys[user] = {int(key): list(entry) for key, entry in record.items()}
 
 
-class KeyedCounters:
+class _KeyedState:
+    """The state side of ``KeyedCounters``: the journal's progress record, binding to a new
+    state (``save_state``), closing, reading the last released step back."""
+
+    journal: Journal | None
+    closed: bool
+    released: int
+    sums: np.ndarray
+    bounder: ContributionBounder | None
+    dropped_unknown: int
+    lineage: str
+    mechanism: Any
+    _keys_sha256: str
+    epsilon: float
+    horizon: int | None
+    max_value: int
+    privacy_unit: str
+    sensitivity: Fraction
+    rng: NoiseGenerator
+
+    def summary(self) -> dict:
+        raise NotImplementedError
+
+    def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _header(self) -> dict:
+        return {
+            "engine": "keyed",
+            "lineage": self.lineage,
+            "what": f"keyed counts, {self.mechanism.name}",
+            "mechanism": self.mechanism.record,
+            "keys_sha256": self._keys_sha256,
+            "epsilon": self.epsilon.hex(),
+            "horizon": self.horizon,
+            "max_value": self.max_value,
+            "privacy_unit": self.privacy_unit,
+            "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
+            "generator": self.rng.to_record(),
+            "summary": self.summary(),
+        }
+
+    def _progress(self, sums: np.ndarray) -> dict:
+        bounder = None
+        if self.bounder is not None:
+            bounder = {
+                "dropped": self.bounder.dropped,
+                "users": {user: self.bounder.user_record(user) for user in self.bounder._keys},
+            }
+        return {"sums": [int(v) for v in sums], "bounder": bounder, "dropped_unknown": self.dropped_unknown}
+
+    def save_state(self, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None) -> Path:
+        """Bind the run to a new state at ``path`` (mode 0600: it holds the generator key) and
+        commit every later step there first (a state that exists moves to ``path``)."""
+        if self.journal is not None:
+            self.journal.move(path)
+            return self.journal.path
+        self.journal = Journal.create(
+            path, header=self._header(), progress=self._progress(self.sums), history=False, registry=registry_path
+        )
+        return self.journal.path
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+        self.closed = True
+
+    def step_rows(self, step: int, *, beta: float):
+        """(counts, std, lower, upper) of the 1-based step ``step`` = the last released one, as the
+        state kept it (to complete an output after a crash: the same values, no new noise)."""
+        if step != self.released or step < 1 or self.journal is None:
+            raise InvalidInputError(f"only the last released step ({self.released}) can be read back")
+        (counts,) = self.journal.rows(step - 1, step)
+        counts = np.asarray(counts, dtype=np.int64)
+        std, lower, upper = self.intervals(counts, start=step - 1, beta=beta)
+        return counts, float(std[0]), lower, upper
+
+
+class KeyedCounters(_KeyedState):
     """Private running counts of ``keys``, every key released at every step (module docstring).
 
     Args:
@@ -336,47 +415,6 @@ class KeyedCounters:
 
     # ------------------------------------------------------------------ the state
 
-    def _progress(self, sums: np.ndarray) -> dict:
-        bounder = None
-        if self.bounder is not None:
-            bounder = {
-                "dropped": self.bounder.dropped,
-                "users": {user: self.bounder.user_record(user) for user in self.bounder._keys},
-            }
-        return {"sums": [int(v) for v in sums], "bounder": bounder, "dropped_unknown": self.dropped_unknown}
-
-    def _header(self) -> dict:
-        return {
-            "engine": "keyed",
-            "lineage": self.lineage,
-            "what": f"keyed counts, {self.mechanism.name}",
-            "mechanism": self.mechanism.record,
-            "keys_sha256": self._keys_sha256,
-            "epsilon": self.epsilon.hex(),
-            "horizon": self.horizon,
-            "max_value": self.max_value,
-            "privacy_unit": self.privacy_unit,
-            "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
-            "generator": self.rng.to_record(),
-            "summary": self.summary(),
-        }
-
-    def save_state(self, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None) -> Path:
-        """Bind the run to a new state at ``path`` (mode 0600: it holds the generator key) and
-        commit every later step there first (a state that exists moves to ``path``)."""
-        if self.journal is not None:
-            self.journal.move(path)
-            return self.journal.path
-        self.journal = Journal.create(
-            path, header=self._header(), progress=self._progress(self.sums), history=False, registry=registry_path
-        )
-        return self.journal.path
-
-    def close(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
-        self.closed = True
-
     @classmethod
     def resume(
         cls, path: str | os.PathLike, *, keys: Iterable[str], registry_path: str | os.PathLike | None = None, **options
@@ -412,16 +450,6 @@ class KeyedCounters:
         except BaseException:
             journal.close()
             raise
-
-    def step_rows(self, step: int, *, beta: float):
-        """(counts, std, lower, upper) of the 1-based step ``step`` = the last released one, as the
-        state kept it (to complete an output after a crash: the same values, no new noise)."""
-        if step != self.released or step < 1 or self.journal is None:
-            raise InvalidInputError(f"only the last released step ({self.released}) can be read back")
-        (counts,) = self.journal.rows(step - 1, step)
-        counts = np.asarray(counts, dtype=np.int64)
-        std, lower, upper = self.intervals(counts, start=step - 1, beta=beta)
-        return counts, float(std[0]), lower, upper
 
 
 def _mechanism(base: str | os.PathLike | None, horizon: int | None, metric: str):
