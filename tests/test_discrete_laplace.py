@@ -12,6 +12,7 @@ from scipy import stats
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release import discrete_laplace as dl
+from pure_dp_mf.release.lattice import noise_rate
 
 KEY = bytes(range(32))
 ALPHA = 1e-4  # false-alarm rate of each test below (deterministic draws: the result is fixed)
@@ -97,8 +98,9 @@ def test_uniform_below_is_uniform_and_the_stream_is_a_function_of_key_and_index(
 
 
 def test_lattice_rate_is_exact_and_the_lattice_noise_has_the_laplace_spread():
-    s, t = dl.lattice_rate(epsilon=Fraction(1, 2), sensitivity=Fraction(3), grid_bits=32)
-    assert Fraction(s, t) == Fraction(1, 2) / (3 * 2**32)
+    rate = noise_rate(epsilon=Fraction(1, 2), sensitivity=Fraction(3), grid_bits=32)
+    assert rate == Fraction(1, 2) / (3 * 2**32)
+    s, t = rate.numerator, rate.denominator
     samples = _draws(4000, s=s, t=t) / 2**32
     assert np.std(samples) == pytest.approx(math.sqrt(2) * 3 / 0.5, rel=0.06)
 
@@ -112,7 +114,7 @@ def test_lattice_rate_is_exact_and_the_lattice_noise_has_the_laplace_spread():
         lambda: dl.bernoulli_exp_minus(Fraction(-1), source=dl.SystemUniform()),
         lambda: dl.ShakeStream(key=b"short", index=0),
         lambda: dl.ShakeStream(key=KEY, index=-1),
-        lambda: dl.lattice_rate(epsilon=Fraction(0), sensitivity=Fraction(1), grid_bits=32),
+        lambda: noise_rate(epsilon=Fraction(0), sensitivity=Fraction(1), grid_bits=32),
         lambda: dl.SystemUniform().below(0),
     ],
 )

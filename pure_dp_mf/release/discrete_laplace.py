@@ -190,16 +190,6 @@ def discrete_laplace_many(*, s: int, t: int, count: int, source: UniformSource) 
     return out
 
 
-def lattice_rate(*, epsilon: Fraction, sensitivity: Fraction, grid_bits: int) -> tuple[int, int]:
-    """(s, t) with s/t = ε·2^-g/Δ: the rate per lattice step of the ε-DP Laplace noise on 2^-g ℤ
-    for ℓ1 sensitivity Δ. ε and Δ are taken exactly (a float ε is its exact dyadic value)."""
-    epsilon, sensitivity = Fraction(epsilon), Fraction(sensitivity)
-    if epsilon <= 0 or sensitivity <= 0:
-        raise InvalidInputError(f"the lattice rate needs epsilon > 0 and sensitivity > 0, got {epsilon}, {sensitivity}")
-    rate = epsilon / (sensitivity * (1 << grid_bits))
-    return rate.numerator, rate.denominator
-
-
 def pmf(y: int, *, s: int, t: int) -> float:
     """P(Y = y) of DLap(s/t) in float64 (for tests and plots, not for sampling)."""
     rate = s / t

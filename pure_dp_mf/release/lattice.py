@@ -23,7 +23,7 @@ the factor α_{ℓ−1} of a coarse block meets the 1/α_{ℓ−1} of its lattic
     (L_p·w)_t = 2^-g·(L̄_p·Y)_t,
 
 L̄_p the lift with every α = 1: each value is a signed sum of at most p entries (L·Y_b)_row of
-base-decoder products with integer blocks Y_b (``LiftedNoise.terms``).
+base-decoder products with integer blocks Y_b (``StreamingDecoder.terms``).
 
 Deciding the floor exactly. ``ExactDecoder`` holds L̃, a float64 matrix on the grid 2^-h, and a
 proven bound τ ≥ max_i ‖L_i − L̃_i‖₂ (the certifier's Neumann-series argument, in integers:
