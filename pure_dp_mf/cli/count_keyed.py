@@ -43,16 +43,8 @@ def count_keyed(
     operator_log_file: Path | None = None,
 ) -> None:
     """The keyed run of ``count`` (see the module docstring); every option is checked first."""
-    if keys_file is None:
-        raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
-    if step_column is None:
-        raise InvalidInputError("--key-column needs --step-column NAME: the integer step (1 … horizon) of each event")
-    if user_column is not None and privacy_unit != "user":
-        raise InvalidInputError("--user-column is for --privacy-unit user")
-    if privacy_unit == "user" and user_column is None:
-        raise InvalidInputError("--privacy-unit user needs --user-column NAME")
+    keys = _read_public_keys(keys_file=keys_file, step_column=step_column, user_column=user_column, privacy_unit=privacy_unit)
     output_format = "csv" if output_format == "plain" else output_format
-    keys = read_keys(keys_file)
     through = public_schedule(horizon, through)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
@@ -63,23 +55,10 @@ def count_keyed(
         "value_column": column,
         "user_column": user_column,
     }
+    release: dict[str, Any] = {"output": output, "output_format": output_format, "beta": beta, "through": through}
     if engine == "spark":
-        if state is not None or output_format == "parquet":
-            raise InvalidInputError(
-                "--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)"
-            )
-        from pure_dp_mf.engines.spark import count_file_on_spark
-
-        count_file_on_spark(
-            input_file=input_file,
-            keys=keys,
-            columns=columns,
-            options={**mechanism, **bounds},
-            rng=rng,
-            output=output,
-            output_format=output_format,
-            beta=beta,
-            through=through,
+        _count_on_spark(
+            input_file=input_file, keys=keys, columns=columns, options={**mechanism, **bounds}, rng=rng, state=state, **release
         )
         return
     if engine != "local":
@@ -87,6 +66,66 @@ def count_keyed(
     policy = invalid if invalid != "refuse" or input_file is not None else "zero"
     reader = EventReader(keys=keys, **columns, through=through, max_value=max_value, policy=policy)
     check_events(input_file, reader)  # a file is checked whole: nothing is created or released before this
+    counters, resumed = _open_counters(state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds)
+    summary = {**counters.summary(), "beta": beta, "through": through, "invalid": policy}
+    error_console.print(f"keyed counts: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
+    if counters.rng.seeded:
+        error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
+    sink = KeyedSink(counters=counters, output=output, output_format=output_format, summary=summary, beta=beta, resumed=resumed)
+    run_keyed_file(counters, source=input_file, reader=reader, sink=sink, through=through, beta=beta)
+    operator_log(operator_log_file, counters=counters, reader=reader)
+
+
+def _read_public_keys(
+    *, keys_file: Path | None, step_column: str | None, user_column: str | None, privacy_unit: str
+) -> list[str]:
+    """The public keys of --keys, once the flags that name the columns are checked."""
+    if keys_file is None:
+        raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
+    if step_column is None:
+        raise InvalidInputError("--key-column needs --step-column NAME: the integer step (1 … horizon) of each event")
+    if user_column is not None and privacy_unit != "user":
+        raise InvalidInputError("--user-column is for --privacy-unit user")
+    if privacy_unit == "user" and user_column is None:
+        raise InvalidInputError("--privacy-unit user needs --user-column NAME")
+    return read_keys(keys_file)
+
+
+def _count_on_spark(
+    *,
+    input_file: Path | None,
+    keys: list[str],
+    columns: dict[str, Any],
+    options: dict[str, Any],
+    rng: NoiseGenerator | None,
+    state: Path | None,
+    output: Path | None,
+    output_format: str,
+    beta: float,
+    through: int,
+) -> None:
+    """``--engine spark``: refuse what only the local engine does, then ``engines.spark.count_file_on_spark``."""
+    if state is not None or output_format == "parquet":
+        raise InvalidInputError("--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)")
+    from pure_dp_mf.engines.spark import count_file_on_spark
+
+    count_file_on_spark(
+        input_file=input_file,
+        keys=keys,
+        columns=columns,
+        options=options,
+        rng=rng,
+        output=output,
+        output_format=output_format,
+        beta=beta,
+        through=through,
+    )
+
+
+def _open_counters(
+    *, state: Path | None, keys: list[str], rng: NoiseGenerator | None, mechanism: dict[str, Any], bounds: dict[str, Any]
+) -> tuple[KeyedCounters, bool]:
+    """The keyed counters resumed from ``state`` when it exists, else new (saved to ``state`` when given); and whether resumed."""
     resumed = state is not None and state.exists()
     if state is not None and resumed:
         counters = KeyedCounters.resume(state, keys=keys, rng=rng, **mechanism, **bounds)
@@ -95,10 +134,4 @@ def count_keyed(
         counters = KeyedCounters(keys=keys, rng=rng, **mechanism, **bounds)
         if state is not None:
             counters.save_state(state)
-    summary = {**counters.summary(), "beta": beta, "through": through, "invalid": policy}
-    error_console.print(f"keyed counts: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
-    if counters.rng.seeded:
-        error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
-    sink = KeyedSink(counters=counters, output=output, output_format=output_format, summary=summary, beta=beta, resumed=resumed)
-    run_keyed_file(counters, source=input_file, reader=reader, sink=sink, through=through, beta=beta)
-    operator_log(operator_log_file, counters=counters, reader=reader)
+    return counters, resumed

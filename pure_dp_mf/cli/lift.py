@@ -12,28 +12,32 @@ from pure_dp_mf.factorizations.factorization import Factorization, file_sha256
 from pure_dp_mf.mechanisms import lift as lifting
 from pure_dp_mf.reports.figures import plot_lift_against_trees
 
+_BASE = typer.Argument(..., help="base factorization file of T_k (.npz), or a published square encoder (.npy, .npz, text)")
+_N = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)")
+_METRIC = typer.Option(None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse")
+_EPSILON = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE")
+_ALPHA_RULE = typer.Option(
+    "paper", "--alpha-rule", help="paper (level-by-level optimal α) or truncated (last α tuned to the truncation at n)"
+)
+_OUT = typer.Option(None, "--out", help="write the explicit lifted factorization truncated to n (small n only)")
+_PLOT = typer.Option(None, "--plot", help="write a PNG of the lifted leading constant against n, with the tree baselines")
+_PLOT_MAX_N = typer.Option(2**60, "--plot-max-n", help="largest n on the plot")
+_JSON = typer.Option(False, "--json", help="print JSON instead of a table")
+
 
 @app.command()
 def lift(
-    base: Path = typer.Argument(
-        ..., help="base factorization file of T_k (.npz), or a published square encoder (.npy, .npz, text)"
-    ),
-    n: int = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)"),
-    metric: str | None = typer.Option(
-        None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse"
-    ),
-    epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE"),
-    alpha_rule: str = typer.Option(
-        "paper", "--alpha-rule", help="paper (level-by-level optimal α) or truncated (last α tuned to the truncation at n)"
-    ),
-    out: Path | None = typer.Option(None, "--out", help="write the explicit lifted factorization truncated to n (small n only)"),
-    plot: Path | None = typer.Option(
-        None, "--plot", help="write a PNG of the lifted leading constant against n, with the tree baselines"
-    ),
-    plot_max_n: int = typer.Option(2**60, "--plot-max-n", help="largest n on the plot"),
+    base: Path = _BASE,
+    n: int = _N,
+    metric: str | None = _METRIC,
+    epsilon: float = _EPSILON,
+    alpha_rule: str = _ALPHA_RULE,
+    out: Path | None = _OUT,
+    plot: Path | None = _PLOT,
+    plot_max_n: int = _PLOT_MAX_N,
     array: str | None = ARRAY_OPTION,
     integer_grid_bits: int | None = INTEGER_GRID_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    as_json: bool = _JSON,
 ) -> None:
     """Lift BASE to n by the diamond-alpha construction and print levels, α's, MaxSE, MeanSE, leading constants."""
     for flag, target in (("--out", out), ("--plot", plot)):
@@ -53,6 +57,14 @@ def lift(
     if as_json:
         print_json(record)
         return
+    print_table(f"lift of {base}", ["quantity", "value"], _table_rows(plan))
+    for key in ("out", "plot"):
+        if key in record:
+            console.print(f"wrote {record[key]}")
+
+
+def _table_rows(plan: lifting.LiftPlan) -> list[tuple[str, object]]:
+    """The rows (quantity, value) of the table that ``lift`` prints for ``plan``."""
     costs, full = plan.costs, plan.untruncated_costs
     exact = plan.sensitivity_exact
     if exact is None:
@@ -61,7 +73,7 @@ def lift(
         exact_text = f"{exact.numerator}/{exact.denominator}"
     else:
         exact_text = "(see --json)"
-    rows = [
+    return [
         ("base size k / inner size", f"{plan.base_size} / {plan.base_inner_size}"),
         ("metric (α chosen for) / α rule", f"{plan.metric} / {plan.alpha_rule}"),
         ("levels p", plan.levels),
@@ -80,7 +92,3 @@ def lift(
         ("same constant at N_p (untruncated)", full.max_se_constant if plan.metric == "maxse" else full.mean_se_constant),
         ("Theorem 2.5 asymptote 2C²(log₂k/log₂(2k+1))³", plan.asymptotic_constant),
     ]
-    print_table(f"lift of {base}", ["quantity", "value"], rows)
-    for key in ("out", "plot"):
-        if key in record:
-            console.print(f"wrote {record[key]}")

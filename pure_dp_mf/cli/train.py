@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
-from pure_dp_mf.factorizations.train import TrainSettings, prepare_run, train_base_factorization
+from pure_dp_mf.factorizations.train import TrainResult, TrainSettings, prepare_run, train_base_factorization
 from pure_dp_mf.validation import check_size
 
 MAX_BASE_SIZE = 8192
@@ -22,46 +22,70 @@ could not be read back (``matrix_files.MAX_ENTRIES``)."""
 MAX_THREADS = 1024
 
 
+_BASE_SIZE = typer.Option(..., "--base-size", help="k: factorize the k×k prefix-sum matrix T_k")
+_METRIC = typer.Option(..., "--metric", help="maxse (minimise c₂) or meanse (minimise c_F)")
+_OUT = typer.Option(..., "--out", help="output factorization file (.npz)")
+_INNER_SIZE = typer.Option(None, "--inner-size", help="s ≥ k: columns of L / rows of R (default k)")
+_ADAM_STEPS = typer.Option(50_000, "--adam-steps", help="Adam steps (paper: 50 000)")
+_LBFGS_STEPS = typer.Option(300, "--lbfgs-steps", help="L-BFGS steps after Adam (paper: 300)")
+_SEED = typer.Option(0, "--seed", help="seed of the initial perturbation (research seed, not for noise)")
+_DEVICE = typer.Option("cpu", "--device", help="cpu or cuda (cuda only when torch sees one)")
+_INIT = typer.Option(
+    "identity", "--init", help="identity, toeplitz, or a square factorization file of T_m, m dividing k, to warm-start from"
+)
+_LEARNING_RATE = typer.Option(
+    None, "--learning-rate", help="initial Adam learning rate, R having ‖R‖₁→₁ = 1 (default min(0.05, 0.64/k))"
+)
+_FINAL_LEARNING_RATE = typer.Option(
+    None, "--final-learning-rate", help="Adam learning rate at the last step, geometric decay (default: learning rate/1000)"
+)
+_P_START = typer.Option(16.0, "--p-start", help="initial exponent of the smooth max (p-norm) surrogate")
+_P_END = typer.Option(2048.0, "--p-end", help="final exponent of the surrogate (also used by L-BFGS)")
+_INIT_NOISE = typer.Option(
+    0.01, "--init-noise", help="Gaussian perturbation of the start, entries N(0, (σ/k)²) (0 to fine-tune a trained base)"
+)
+_SURROGATE = typer.Option(
+    "pnorm",
+    "--surrogate",
+    help="pnorm (annealed smooth max), exact (plain true cost) or projected (columns projected onto the unit ℓ1 ball, no column surrogate)",
+)
+_ADAM_PRECISION = typer.Option(
+    "float64",
+    "--adam-precision",
+    help="float64 or float32: precision of the Adam phase's objective (L-BFGS is always float64)",
+)
+_CHECKPOINT = typer.Option(None, "--checkpoint", help="checkpoint file (default: OUT with suffix .ckpt)")
+_CHECKPOINT_EVERY = typer.Option(1000, "--checkpoint-every", help="steps between checkpoints")
+_RESUME = typer.Option(None, "--resume", help="continue from this checkpoint (same k, metric, inner size)")
+_THREADS = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)")
+_PROGRESS = typer.Option(True, "--progress/--no-progress", help="show a progress bar")
+_JSON = typer.Option(False, "--json", help="print the result and the cost history as JSON")
+
+
 @app.command()
 def train(
-    base_size: int = typer.Option(..., "--base-size", help="k: factorize the k×k prefix-sum matrix T_k"),
-    metric: str = typer.Option(..., "--metric", help="maxse (minimise c₂) or meanse (minimise c_F)"),
-    out: Path = typer.Option(..., "--out", help="output factorization file (.npz)"),
-    inner_size: int = typer.Option(None, "--inner-size", help="s ≥ k: columns of L / rows of R (default k)"),
-    adam_steps: int = typer.Option(50_000, "--adam-steps", help="Adam steps (paper: 50 000)"),
-    lbfgs_steps: int = typer.Option(300, "--lbfgs-steps", help="L-BFGS steps after Adam (paper: 300)"),
-    seed: int = typer.Option(0, "--seed", help="seed of the initial perturbation (research seed, not for noise)"),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda only when torch sees one)"),
-    init: str = typer.Option(
-        "identity", "--init", help="identity, toeplitz, or a square factorization file of T_m, m dividing k, to warm-start from"
-    ),
-    learning_rate: float = typer.Option(
-        None, "--learning-rate", help="initial Adam learning rate, R having ‖R‖₁→₁ = 1 (default min(0.05, 0.64/k))"
-    ),
-    final_learning_rate: float = typer.Option(
-        None, "--final-learning-rate", help="Adam learning rate at the last step, geometric decay (default: learning rate/1000)"
-    ),
-    p_start: float = typer.Option(16.0, "--p-start", help="initial exponent of the smooth max (p-norm) surrogate"),
-    p_end: float = typer.Option(2048.0, "--p-end", help="final exponent of the surrogate (also used by L-BFGS)"),
-    init_noise: float = typer.Option(
-        0.01, "--init-noise", help="Gaussian perturbation of the start, entries N(0, (σ/k)²) (0 to fine-tune a trained base)"
-    ),
-    surrogate: str = typer.Option(
-        "pnorm",
-        "--surrogate",
-        help="pnorm (annealed smooth max), exact (plain true cost) or projected (columns projected onto the unit ℓ1 ball, no column surrogate)",
-    ),
-    adam_precision: str = typer.Option(
-        "float64",
-        "--adam-precision",
-        help="float64 or float32: precision of the Adam phase's objective (L-BFGS is always float64)",
-    ),
-    checkpoint: Path = typer.Option(None, "--checkpoint", help="checkpoint file (default: OUT with suffix .ckpt)"),
-    checkpoint_every: int = typer.Option(1000, "--checkpoint-every", help="steps between checkpoints"),
-    resume: Path = typer.Option(None, "--resume", help="continue from this checkpoint (same k, metric, inner size)"),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="show a progress bar"),
-    as_json: bool = typer.Option(False, "--json", help="print the result and the cost history as JSON"),
+    base_size: int = _BASE_SIZE,
+    metric: str = _METRIC,
+    out: Path = _OUT,
+    inner_size: int = _INNER_SIZE,
+    adam_steps: int = _ADAM_STEPS,
+    lbfgs_steps: int = _LBFGS_STEPS,
+    seed: int = _SEED,
+    device: str = _DEVICE,
+    init: str = _INIT,
+    learning_rate: float = _LEARNING_RATE,
+    final_learning_rate: float = _FINAL_LEARNING_RATE,
+    p_start: float = _P_START,
+    p_end: float = _P_END,
+    init_noise: float = _INIT_NOISE,
+    surrogate: str = _SURROGATE,
+    adam_precision: str = _ADAM_PRECISION,
+    checkpoint: Path = _CHECKPOINT,
+    checkpoint_every: int = _CHECKPOINT_EVERY,
+    resume: Path = _RESUME,
+    threads: int = _THREADS,
+    progress: bool = _PROGRESS,
+    as_json: bool = _JSON,
 ) -> None:
     """Train L·R = T_k minimising c₂ or c_F; write the best factorization (R on the 2^-32 grid) to OUT.
 
@@ -69,11 +93,7 @@ def train(
     saves a checkpoint and the best factorization so far and exits with code 130; --resume
     continues exactly where the run stopped.
     """
-    check_size(base_size, name="--base-size", minimum=2, maximum=MAX_BASE_SIZE)  # T_k, R and Adam's state: k×k each
-    if inner_size is not None:
-        check_size(inner_size, name="--inner-size", minimum=1, maximum=MAX_ENTRIES // base_size)
-    if threads is not None:
-        check_size(threads, name="--threads", maximum=MAX_THREADS)
+    _check_sizes(base_size=base_size, inner_size=inner_size, threads=threads)
     warm = init not in ("identity", "toeplitz")
     settings = TrainSettings(
         base_size=base_size,
@@ -94,29 +114,58 @@ def train(
         checkpoint_every=checkpoint_every,
         adam_precision=adam_precision,
     )
+    checkpoint = _prepare(settings=settings, out=out, checkpoint=checkpoint, resume=resume)
+    result = _train_with_progress(
+        settings=settings, out=out, checkpoint=checkpoint, resume=resume, threads=threads, disable=not progress or as_json
+    )
+    _report(result, out=out, checkpoint=checkpoint, metric=metric, as_json=as_json)
+
+
+def _check_sizes(*, base_size: int, inner_size: int | None, threads: int | None) -> None:
+    """Refuse a --base-size, --inner-size or --threads out of range, before anything is allocated."""
+    check_size(base_size, name="--base-size", minimum=2, maximum=MAX_BASE_SIZE)  # T_k, R and Adam's state: k×k each
+    if inner_size is not None:
+        check_size(inner_size, name="--inner-size", minimum=1, maximum=MAX_ENTRIES // base_size)
+    if threads is not None:
+        check_size(threads, name="--threads", maximum=MAX_THREADS)
+
+
+def _prepare(*, settings: TrainSettings, out: Path, checkpoint: Path | None, resume: Path | None) -> Path:
+    """The checkpoint file (default: OUT with suffix .ckpt), after the checks of ``prepare_run`` (errors naming the flags)."""
     checkpoint = checkpoint if checkpoint is not None else out.with_suffix(".ckpt")
     try:
         prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)  # every error before any work
     except InvalidInputError as error:  # the library names its arguments; say the flags as typed
         raise InvalidInputError(_as_flags(str(error))) from None
+    return checkpoint
+
+
+def _train_with_progress(
+    *, settings: TrainSettings, out: Path, checkpoint: Path, resume: Path | None, threads: int | None, disable: bool
+) -> TrainResult:
+    """``train_base_factorization`` under a progress bar (none when ``disable``)."""
     columns = (
-        TextColumn(f"k={base_size} {metric}"),
+        TextColumn(f"k={settings.base_size} {settings.metric}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("2C² {task.fields[current]:.5f}  best {task.fields[best]:.5f}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, disable=not progress or as_json, transient=False) as bar:
-        task = bar.add_task("train", total=adam_steps + lbfgs_steps, current=float("nan"), best=float("nan"))
+    with Progress(*columns, console=console, disable=disable, transient=False) as bar:
+        task = bar.add_task("train", total=settings.adam_steps + settings.lbfgs_steps, current=float("nan"), best=float("nan"))
 
         def report(step: int, total: int, current: float, best: float) -> None:
             if step % 10 == 0 or step == total:
                 bar.update(task, completed=step, total=total, current=current, best=best)
 
-        result = train_base_factorization(
+        return train_base_factorization(
             settings=settings, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads
         )
+
+
+def _report(result: TrainResult, *, out: Path, checkpoint: Path, metric: str, as_json: bool) -> None:
+    """Print the trained factorization's record (with its cost history under --json); exit 130 when interrupted."""
     costs = result.factorization.metadata["costs"]
     record = {
         "out": str(out),
