@@ -31,13 +31,14 @@ the generator key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,32 +211,20 @@ class Journal:
         """One atomic, durable commit: the released count, the progress record, the released rows
         of steps ``first`` … released − 1 (0-based; kept as ``history`` says) and the lineage's
         record in the registry."""
-        connection = self._live()
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
+        with _transaction(self._live(), self.path) as connection:
+            connection.execute("UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress)))
+            if rows is not None and first is not None and released > first:
+                if not self.header["history"]:
+                    connection.execute("DELETE FROM blocks")
                 connection.execute(
-                    "UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress))
+                    "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)", (int(first), int(released) - 1, encode_rows(rows))
                 )
-                if rows is not None and first is not None and released > first:
-                    if not self.header["history"]:
-                        connection.execute("DELETE FROM blocks")
-                    connection.execute(
-                        "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)", (int(first), int(released) - 1, encode_rows(rows))
-                    )
-                changed = connection.execute(
-                    "UPDATE registry.lineages SET released = ?, updated = ? WHERE lineage = ?",
-                    (int(released), time.time(), self.lineage),
-                ).rowcount
-                if changed != 1:
-                    _record_lineage(connection, self.header, self.path, int(released))
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as error:
-            raise storage_error(self.path, error) from None
+            changed = connection.execute(
+                "UPDATE registry.lineages SET released = ?, updated = ? WHERE lineage = ?",
+                (int(released), time.time(), self.lineage),
+            ).rowcount
+            if changed != 1:
+                _record_lineage(connection, self.header, self.path, int(released))
         self.released, self.progress = int(released), progress
 
     def update_header(self, changes: dict) -> None:
@@ -246,20 +235,8 @@ class Journal:
             raise StateFileError(f"the header fields {sorted(fixed & set(changes))} of a state never change")
         header = {k: v for k, v in {**self.header, **changes}.items() if k not in ("checksum", "moved_to")}
         header["checksum"] = _checksum(header)
-        connection = self._live()
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                connection.executemany(
-                    "INSERT OR REPLACE INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in header.items()]
-                )
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as error:
-            raise storage_error(self.path, error) from None
+        with _transaction(self._live(), self.path) as connection:
+            connection.executemany("INSERT OR REPLACE INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in header.items()])
         self.header = header
 
     def blocks(self, first: int = 0, stop: int | None = None) -> list[tuple[int, np.ndarray]]:
@@ -335,6 +312,23 @@ class Journal:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """One IMMEDIATE transaction: committed when the block ends, rolled back on any exception
+    (re-raised); an SQLite error becomes the package's ``StorageError`` naming ``path``."""
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield connection
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as error:
+        raise storage_error(path, error) from None
 
 
 def _lock(path: Path) -> sqlite3.Connection:
