@@ -496,3 +496,18 @@ def test_projected_polish_descends_monotonically_and_resumes_bit_identically(tmp
     assert torch.equal(
         load_checkpoint(tmp_path / "whole.ckpt")["parameter"], load_checkpoint(tmp_path / "resumed.ckpt")["parameter"]
     )
+
+
+def test_training_without_torch_is_one_error_line(tmp_path):
+    """torch is an optional extra: without it, ``train`` says so in one line (no traceback)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        f"sys.argv = ['pure-dp-mf', 'train', '--base-size', '8', '--metric', 'maxse', '--out', {str(tmp_path / 'x.npz')!r}]\n"
+        "from pure_dp_mf.cli import main\nmain()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith("error: training needs torch"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.npz").exists()

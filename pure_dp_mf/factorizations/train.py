@@ -369,6 +369,16 @@ def check_resume(path: str | os.PathLike, settings: TrainSettings) -> dict:
     return state
 
 
+def require_torch() -> None:
+    """Refuse, with one clear error, to train without torch (an optional extra)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InvalidInputError(
+            "training needs torch: pip install 'torch==2.13.0' (the CPU wheel; or pip install '.[train]' from a checkout)"
+        ) from None
+
+
 def prepare_run(
     *,
     settings: TrainSettings,
@@ -381,6 +391,7 @@ def prepare_run(
     Returns the settings to use (on resume, the checkpoint's schedule, seed and initialisation
     replace the given ones) and the checkpoint state (None for a fresh run).
     """
+    require_torch()
     settings = check_settings(settings)
     if out is not None:
         check_writable(out, name="output")
