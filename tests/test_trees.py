@@ -152,7 +152,9 @@ def test_structured_n_closed_forms(h):
         averaged = trees.tree_costs(mechanism="averaged-kary-subtraction", n=n, arity=k)
         assert averaged.sensitivity == h + 1
         assert averaged.max_row_norm_squared == Fraction(2 + (k - 1) * h, 4)
-        assert averaged.mean_row_norm_squared == Fraction((n - 1) * (2 + (k - 1) * h) + 4, 4 * n)
+        # 4‖L_t‖² = 2 + (k−1)(h − ν_k(t)) for t < n, (k−1)·k^(h−1−v) rows with ν_k(t) = v; 4 for t = n
+        rows_by_valuation = sum((k - 1) * k ** (h - 1 - v) * (2 + (k - 1) * (h - v)) for v in range(h))
+        assert averaged.mean_row_norm_squared == Fraction(rows_by_valuation + 4, 4 * n)
         full = (k**h - 1) // 2  # the largest t with h balanced digits
         subtraction = trees.tree_costs(mechanism="kary-subtraction", n=full, arity=k)
         assert (subtraction.sensitivity, subtraction.max_row_norm_squared) == (h, Fraction(h * (k - 1), 2))

@@ -14,7 +14,8 @@ name                            prefix [1, t] is written as                     
 ``smooth-binary``               data on the leaves of Hamming weight w = ⌈h/2⌉     0.25 / 0.25
                                 (Andersson–Pagh), Laplace version
 ``averaged-kary-subtraction``   ½·(left decomposition) + ½·(root − right            8/log₂(17)³ both
-                                decomposition), one noise variable per node
+                                decomposition of (t, k^H] by maximal nodes),
+                                one noise variable per node
 ==============================  =================================================  =================
 
 Every node is an interval of the stream; its row of R is the 0/1 indicator of its positions,
@@ -193,10 +194,13 @@ def _offset_costs(n: int, k: int, a: int) -> tuple[int, int, int]:
 
 
 # ------------------------------------------------------------------------ averaged k-ary tree
-# H = ⌈log_k n⌉, root (0, k^H] ∩ [1, n] = [1, n]. For t < k^H with base-k digits e_j:
-# left(t) = Σ_j Σ_{c<e_j} child_c (the k-ary decomposition), right(t) = root − Σ of the suffix
-# (t, k^H] = root − Σ_{c ≥ e_0} leaf_c − Σ_{j≥1} Σ_{c>e_j} child_c; the row is ½·(left + right),
-# and for t = k^H both halves are the root (coefficient 1). Suffix nodes starting ≥ n are dropped.
+# H = ⌈log_k n⌉, root (0, k^H] ∩ [1, n] = [1, n]. For 1 ≤ t < k^H with base-k digits e_j and
+# v = ν_k(t) (the lowest non-zero digit): left(t) = Σ_j Σ_{c<e_j} child_c is the k-ary
+# decomposition of [1, t]; right(t) is the k-ary decomposition of the suffix (t, k^H] into maximal
+# aligned nodes, Σ_{c≥e_v} child_c on level v and Σ_{c>e_j} child_c on the levels j > v (nothing
+# below v: for k | t the k leaves (t, t+k] are the one node child_{e_1} of level 1, and so on up).
+# Row t is ½·left + ½·(root − right); for t = k^H both halves are the root (coefficient 1).
+# Suffix nodes starting at or beyond n hold no data and are dropped.
 
 
 def _averaged_levels(n: int, k: int) -> int:
@@ -206,61 +210,81 @@ def _averaged_levels(n: int, k: int) -> int:
     return levels
 
 
-def _averaged_entries(n: int, k: int):
-    """(row, level, node index, 2·coefficient) arrays of the averaged tree restricted to [1, n]."""
-    levels = _averaged_levels(n, k)
-    t = np.arange(1, n + 1, dtype=np.int64)
+def _averaged_parts(t: np.ndarray, k: int, levels: int) -> list:
+    """(row t − 1, level, node index, 2·coefficient) parts of the averaged rows t (1-based int64
+    array; t ≤ k^H), the nodes that start at or beyond n not yet dropped.
+
+    ½·left + ½·(root − right) with right(t) the maximal-node decomposition of (t, k^H]: it starts
+    on level v = ν_k(t) with the children c ≥ e_v and takes the children c > e_j above. Against
+    the suffix written from the leaves up (children c ≥ e_0 on level 0, c > e_j on every level
+    j ≥ 1) it replaces, for k | t, the nodes of levels < v that lie in the level-v node (t, t+k^v]
+    by that one node: the same R (that node is read by row t − e_v·k^v + 1, whose suffix takes
+    the children c > 0 of level v), ‖L_t‖² never larger and smaller by ≥ ¼ when t ≤ n − 2.
+    """
     rows = t - 1
-    # root: ½ from the right half, and another ½ from the left half when t = k^H
-    parts = [(rows, levels, np.zeros(n, dtype=np.int64), 1 + (t == k**levels))]
+    parts = [(rows, levels, np.zeros(len(t), dtype=np.int64), 1 + (t == k**levels))]
+    valuation = np.zeros(len(t), dtype=np.int64)  # min(ν_k(t), H)
+    for j in range(1, levels + 1):
+        valuation += t % k**j == 0
     for j in range(levels):
         size = k**j
         digit = (t // size) % k
         base = (t // (size * k)) * k
         for c in range(k):
             left = c < digit
-            right = c >= digit if j == 0 else c > digit
+            right = np.where(valuation == j, c >= digit, c > digit) & (valuation <= j)
             parts.append((rows[left], j, base[left] + c, 1))
             parts.append((rows[right], j, base[right] + c, -1))
-    return levels, parts
+    return parts
+
+
+def _averaged_entries(n: int, k: int):
+    """(row, level, node index, 2·coefficient) arrays of the averaged tree restricted to [1, n]."""
+    levels = _averaged_levels(n, k)
+    return levels, _averaged_parts(np.arange(1, n + 1, dtype=np.int64), k, levels)
 
 
 def _averaged_row_norm4(t: int, n: int, k: int, levels: int) -> int:
     """4·‖L_t‖² of the averaged tree, straight from the definition (one row, O(k·H))."""
     if t == k**levels:
         return 4
+    valuation = next(j for j in range(levels) if (t // k**j) % k)
     total = 1  # root, coefficient ½
-    for j in range(levels):
+    for j in range(valuation, levels):
         size = k**j
         digit = (t // size) % k
         base = (t // (size * k)) * k
-        first = digit if j == 0 else digit + 1
+        first = digit if j == valuation else digit + 1
         total += digit + sum(1 for c in range(first, k) if (base + c) * size < n)
     return total
 
 
 def _averaged_costs(n: int, k: int) -> tuple[int, Fraction, Fraction]:
-    """(Δ, max_t ‖L_t‖², Σ_t ‖L_t‖²), in O(H) by classes of t ≤ n − 1.
+    """(Δ, max_t ‖L_t‖², Σ_t ‖L_t‖²) in O(H), by classes of the rows t ≤ n − 1; t = n directly.
 
-    With g_j the base-k digits of n − 1 and p the highest digit where t < n − 1 differs from it
-    (p = 0 for t = n − 1), a suffix node of t starts below n on every level below p and, on the
-    levels ≥ p, exactly for the children c ≤ g_j; so 4‖L_t‖² = 2 + Σ_{j≥p} g_j + (k−1)·p,
-    for g_p·k^p values of t (plus t = n − 1). t = 0 is removed and t = n added directly.
+    Let g_j be the base-k digits of n − 1, S_q = Σ_{j≥q} g_j. Row t with v = ν_k(t) reads only
+    levels ≥ v: it is row t/k^v of the averaged tree over the stream of level-v nodes, horizon
+    ⌈n/k^v⌉, whose last row index ⌊(n−1)/k^v⌋ has the digits g_v, g_{v+1}, …, and t/k^v is not
+    a multiple of k. In that tree, with p the highest digit where a row differs from the last
+    index (p = 0 for the last index itself), a suffix node starts below n on every level below
+    p and, on the levels ≥ p, exactly for the children c ≤ g_j; so 4‖L_t‖² = 2 + S_q + (k−1)·p
+    with q = v + p, for g_q·(k−1)·k^{p−1} rows t (p ≥ 1) or g_q rows (p = 0). Summing over
+    p = 1 … q with D_q = Σ_{p≤q} p·k^{p−1} and 1 + (k−1)·Σ_{p≤q} k^{p−1} = k^q:
+    Σ_{t<n} 4‖L_t‖² = Σ_q g_q·(k^q·(2 + S_q) + (k−1)²·D_q). The maximum is v = 0, p = q, over
+    the q with g_q > 0: 2 + S_q + (k−1)·q (or row n).
     """
     if n == 1:
         return 1, Fraction(1), Fraction(1)
     levels = _averaged_levels(n, k)
     g = [((n - 1) // k**j) % k for j in range(levels)]
-    suffix = [sum(g[p:]) for p in range(levels + 1)]
-
-    def four_norm(p: int) -> int:
-        return 2 + suffix[p] + (k - 1) * p
-
-    top = max(p for p in range(levels) if g[p])
+    suffix = [sum(g[q:]) for q in range(levels + 1)]
+    total, weighted = 0, 0  # weighted = D_q
+    for q in range(levels):
+        weighted += q * k ** (q - 1) if q else 0
+        total += g[q] * (k**q * (2 + suffix[q]) + (k - 1) ** 2 * weighted)
     last = _averaged_row_norm4(n, n, k, levels)
-    total = sum(g[p] * k**p * four_norm(p) for p in range(levels)) + four_norm(0) - four_norm(top) + last
-    candidates = [four_norm(0), last] + [four_norm(p) for p in range(levels) if g[p] * k**p - (p == top) > 0]
-    return levels + 1, Fraction(max(candidates), 4), Fraction(total, 4)
+    top = max([last] + [2 + suffix[q] + (k - 1) * q for q in range(levels) if g[q]])
+    return levels + 1, Fraction(top, 4), Fraction(total + last, 4)
 
 
 # ------------------------------------------------------------------------- smooth binary tree
@@ -425,11 +449,16 @@ def kary_subtraction_tree(*, n: int, arity: int) -> Factorization:
 def averaged_kary_tree(*, n: int, arity: int) -> Factorization:
     """The averaged k-ary tree with subtraction (Arkhipov & Kalinin, App. C.3; Imola et al.'s code).
 
-    Row t is ½·(k-ary decomposition of [1, t]) + ½·(root − k-ary decomposition of the suffix
-    (t, k^H]), H = ⌈log_k n⌉, with independent noise on every node: the node of the suffix's
-    top digit cancels against the parent, leaving k − 1 coefficients ±½ per level (k on level
-    0) plus ½ on the root, so 4‖L_t‖² ≤ 2 + (k−1)·H and Δ = H + 1 (root included). L has entries
-    0, ±½, 1 (exact in float64); R is 0/1.
+    Row t is ½·left + ½·(root − right), H = ⌈log_k n⌉, independent noise on every node: left is
+    the k-ary decomposition of [1, t], right the decomposition of the suffix (t, k^H] into maximal
+    aligned nodes, which starts on level v = ν_k(t) (the lowest non-zero base-k digit of t).
+    Level v holds k coefficients ±½ (e_v left, k − e_v right), every level above k − 1 (the
+    suffix's node of digit e_j cancels against the parent), the root ½: 4‖L_t‖² = 2 + (k−1)·(H − v)
+    before truncation (t < k^H; t = k^H reads the root alone, coefficient 1), Δ = H + 1 (root
+    included). Writing the suffix from the leaves up instead (children c ≥ e_0 on level 0,
+    c > e_j above) gives 2 + (k−1)·H for every t: the same R, Δ and MaxSE but a larger ‖L_t‖²
+    wherever k | t ≤ n − 2 (MeanSE 774.99 against 762.50 at n = 2^16, k = 16, ε = 1). L has
+    entries 0, ±½, 1 (exact in float64); R is 0/1.
     """
     arity = _required_arity("averaged-kary-subtraction", arity)
     n = _check_explicit_n(n, "averaged-kary-subtraction", arity)
@@ -622,7 +651,7 @@ class TreeDecoder:
         self.k = 2 if mechanism in ("binary", "smooth-binary") else int(self.arity or 2)
         if mechanism == "averaged-kary-subtraction":
             self.heights, self.scale, self.offset_digits = _averaged_levels(self.n, self.k), 2, 0
-            self._max_terms = 1 + self.k * max(self.heights, 1)
+            self._max_terms = 2 + (self.k - 1) * self.heights if self.heights else 1  # root, k on level ν_k(t), k − 1 above
         elif mechanism == "smooth-binary":
             self.heights, self.weight = _smooth_shape(self.n)
             self.scale, self.last = 1, _unrank(self.n, self.heights, self.weight)
@@ -686,7 +715,7 @@ class TreeDecoder:
         if self.mechanism == "smooth-binary":
             return self._smooth_entries(t)
         if self.mechanism == "averaged-kary-subtraction":
-            parts = self._averaged_parts(t)
+            parts = _averaged_parts(t, self.k, self.heights)
         else:
             parts = self._digit_parts(t)
         rows = np.concatenate([np.asarray(part[0], dtype=np.int64) for part in parts])
@@ -713,22 +742,6 @@ class TreeDecoder:
             for c in range(a):
                 mask = digit < -c
                 parts.append((t[mask] - 1, j, base[mask] - (c + 1), -1))
-        return parts
-
-    def _averaged_parts(self, t: np.ndarray) -> list:
-        """``_averaged_entries`` for the rows t (1-based) only (coefficients doubled)."""
-        k, levels = self.k, self.heights
-        rows = t - 1
-        parts = [(rows, levels, np.zeros(len(t), dtype=np.int64), 1 + (t == k**levels))]
-        for j in range(levels):
-            size = k**j
-            digit = (t // size) % k
-            base = (t // (size * k)) * k
-            for c in range(k):
-                left = c < digit
-                right = c >= digit if j == 0 else c > digit
-                parts.append((rows[left], j, base[left] + c, 1))
-                parts.append((rows[right], j, base[right] + c, -1))
         return parts
 
     def _smooth_entries(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
