@@ -88,7 +88,9 @@ class Counter:
 
     Raises:
         InvalidInputError: a bad argument, or a state that does not match them.
-        StateFileError, RegistryError: a state in use, a copy, or a stale version.
+        StateFileError: a state in use, moved away, closed or damaged.
+        RegistryError: a copy or a stale version of a state, or a generator that already feeds
+            another counter (the lineage registry refuses them), or an unreadable registry.
     """
 
     def __init__(
