@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -26,8 +27,11 @@ def test_the_shipped_profiles_are_a_fresh_build(tmp_path):
     fresh = json.loads(built.read_text())
     assert shipped.keys() == fresh.keys() and shipped["bases"].keys() == fresh["bases"].keys()
     for name, profile in fresh["bases"].items():
-        for field in ("certificate_sha256", "base_sha256", "row_norms_squared", "column_sums", "metric", "inner_size"):
+        for field in ("certificate_sha256", "base_sha256", "column_sums", "metric", "inner_size"):
             assert shipped["bases"][name][field] == profile[field], (name, field)
+        # float64 row norms of the float decoder: the last bit depends on the BLAS thread count of
+        # the solve (they rank bases only; every privacy quantity is exact and read from the matrices)
+        assert np.allclose(shipped["bases"][name]["row_norms_squared"], profile["row_norms_squared"], rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("n", [2, 10, 100, 1500, 5000, 10**6, 2**40])

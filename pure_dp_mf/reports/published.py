@@ -32,3 +32,32 @@ TABLE2 = {
     4: (0.8293, 0.6259, 0.2512, 0.2083, 0.1572),
 }
 """Arkhipov & Kalinin, Table 2, as printed (4 decimals)."""
+
+CERTIFIED_K1024 = {
+    # metric: the upper bounds Arkhipov & Kalinin state for their own k = 1024 matrices (§2.1)
+    "maxse": {
+        "encoder_max_column_sum": 3.8417,  # ‖R‖₁→₁, as their verification script asserts
+        "approximate_decoder_norm": 1.8691,  # ‖L̃‖₂→∞ of their float decoder L̃, before the correction
+        "decoder_norm": 1.8730,  # ‖L‖₂→∞ ≤ 1.8691 + 0.0039, L = T_k·R⁻¹
+        "leading_constant": 0.1036,
+        "lifted_constant": 0.0778,
+    },
+    "meanse": {
+        "encoder_max_column_sum": 14.3098,
+        "approximate_decoder_norm": 15.3624,  # ‖L̃‖_F
+        "decoder_norm": 15.3661,  # ‖L‖_F ≤ 15.3624 + 0.0037
+        "leading_constant": 0.0945,
+        "lifted_constant": 0.0710,
+    },
+}
+"""Arkhipov & Kalinin's certificate of their k = 1024 bases, as printed: the norms and the constants
+2C² and 2C²·(log₂k/log₂(2k+1))³ they prove from them (Table 1 prints the lifted ones)."""
+
+
+def implied_constants(metric: str, norm: str, *, k: int = 1024) -> tuple[float, float]:
+    """(2C², lifted constant) that ``CERTIFIED_K1024[metric]``'s ‖R‖₁→₁ and decoder norm ``norm``
+    ("decoder_norm": the proven bound on L; "approximate_decoder_norm": the float decoder L̃) give:
+    c = ‖L‖₂→∞·‖R‖₁→₁ (MaxSE) or ‖L‖_F·‖R‖₁→₁/√k (MeanSE), 2c²/log₂(k)³ and 2c²/log₂(2k+1)³."""
+    printed = CERTIFIED_K1024[metric]
+    c = printed[norm] * printed["encoder_max_column_sum"] / (1.0 if metric == "maxse" else math.sqrt(k))
+    return 2 * c * c / math.log2(k) ** 3, 2 * c * c / math.log2(2 * k + 1) ** 3
