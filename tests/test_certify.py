@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.certificates.certify import (
+    EXACT_LIFT_CLAIM,
     Certificate,
     CertificateFileError,
     CertificationError,
@@ -36,7 +37,14 @@ app = all_commands()
 
 CLAIMS = {
     "maxse": ["encoder_max_column_sum", "decoder_max_row_norm", "c2", "leading_constant", "lifted_constant"],
-    "meanse": ["encoder_max_column_sum", "decoder_frobenius_norm", "cf", "leading_constant", "lifted_constant"],
+    "meanse": [
+        "encoder_max_column_sum",
+        "decoder_frobenius_norm",
+        "cf",
+        "leading_constant",
+        "lifted_constant",
+        EXACT_LIFT_CLAIM,
+    ],
 }
 
 
@@ -157,6 +165,11 @@ def test_k4_certificate_rechecked_with_pure_fractions(tmp_path, metric):
     assert leading <= claims["leading_constant"] <= leading * (1 + Fraction(1, 10**9))
     lifted = 2 * cost_squared / _log2_of_9_lower() ** 3  # ≥ the true lifted constant
     assert lifted <= claims["lifted_constant"] <= lifted * (1 + Fraction(1, 10**9))
+    if metric == "meanse":
+        exact_lift = Fraction(8, 9) * lifted  # 2k/(2k+1) at k = 4
+        assert exact_lift <= claims[EXACT_LIFT_CLAIM] <= exact_lift * (1 + Fraction(1, 10**9))
+    else:
+        assert EXACT_LIFT_CLAIM not in claims
 
 
 @pytest.mark.parametrize("metric", ["maxse", "meanse"])
@@ -440,13 +453,43 @@ def test_cli_certify_and_verify(tmp_path):
 # shipped certificates
 
 
-SHIPPED = sorted((CERTIFICATES).glob("*.json"))
+# Every shipped certificate is verified here, except the k = 2048 ones (about a minute each):
+# `reproduce --quick` re-verifies every shipped certificate, and tests/test_reproduce.py requires
+# its run to have no failure.
+SHIPPED = sorted(path for path in CERTIFICATES.glob("*.json") if not path.name.startswith("k2048_"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
 def test_shipped_certificate_verifies(path):
     result = verify_certificate(path=path)
     assert result.factorization_path.parent == (BASES).resolve()
+
+
+def test_shipped_meanse_exact_lift_constant_is_2k_over_2k_plus_1_times_the_lifted_one():
+    for path in sorted(CERTIFICATES.glob("*_meanse.json")):
+        certificate = Certificate.read(path)
+        k, claims = certificate.n, certificate.claims
+        scaled = Fraction(2 * k, 2 * k + 1) * claims["lifted_constant"].value
+        new = claims[EXACT_LIFT_CLAIM].value
+        assert abs(new - scaled) <= new * Fraction(1, 10**11), path.name  # both rounded up at 12 digits
+    for path in sorted(CERTIFICATES.glob("*_maxse.json")):
+        assert EXACT_LIFT_CLAIM not in json.loads(path.read_text())["claims"], path.name
+
+
+def test_shipped_k1024_meanse_exact_lift_claim_verifies_and_one_unit_lower_fails(tmp_path):
+    path = CERTIFICATES / "k1024_meanse.json"
+    result = verify_certificate(path=path)
+    check = next(check for check in result.checks if check.claim == EXACT_LIFT_CLAIM)
+    assert check.claimed == "0.0708748120934"
+    assert Fraction(check.claimed) * (1 - Fraction(1, 10**11)) <= Fraction(check.proven) <= Fraction(check.claimed)
+
+    def one_unit_lower(document):  # the 12th significant digit lowered by one, fraction to match
+        lowered = Fraction(_lower_decimal(document["claims"][EXACT_LIFT_CLAIM]["decimal"]))
+        document["claims"][EXACT_LIFT_CLAIM] = {**exact.fraction_to_json(lowered), "decimal": exact.decimal_string(lowered)}
+
+    with pytest.raises(ClaimFailedError) as failure:
+        verify_certificate(path=edited(path, tmp_path / "lowered.json", one_unit_lower))
+    assert failure.value.claim == EXACT_LIFT_CLAIM and "2k/(2k+1)" in str(failure.value)
 
 
 @pytest.mark.parametrize("factorization", sorted((BASES).glob("k*.npz")), ids=lambda p: p.name)

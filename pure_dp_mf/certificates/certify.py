@@ -15,6 +15,9 @@ beside it and certifies that file: it is the one the streamer must use. The cert
 * c₂ = ‖L‖₂→∞·‖R̃‖₁→₁ or c_F = ‖L‖_F·‖R̃‖₁→₁/√k,
 * the leading constant 2C² = 2c²/log₂(k)³ and the lifted constant
   2C²·(log₂k/log₂(2k+1))³ = 2c²/log₂(2k+1)³ (Theorem 2.5),
+* for ``meanse`` also the exact-lift MeanSE constant (2k/(2k+1))·2c_F²/log₂(2k+1)³, the
+  constant of MeanSE/log₂³n along the lifted sizes n = ((2k+1)^p − 1)/2 when the ◇ lift's
+  coarse-only rows are counted (docs/lifting.md, "The exact MeanSE asymptote of the lift"),
 
 each as an exact fraction that is proven to be an upper bound, with a decimal rendering
 rounded up to 12 significant digits, and rational lower bounds of log₂k and log₂(2k+1).
@@ -54,7 +57,8 @@ The proof, step by step (certifier)
    own rounding error is about 10^-13. The cost c and the constants are computed from the
    claims exactly and rounded up to 12 digits: c₂ = D·S; c_F ≥ √(D²S²/k) (``sqrt_upper``);
    2C² = 2c²/ℓ_k³ and lifted = 2c²/ℓ_{2k+1}³ with ℓ_x ≤ log₂x from ``exact.log2_lower_bound``
-   (a series of positive terms for ln y and an upper bound of ln 2; exact for powers of two).
+   (a series of positive terms for ln y and an upper bound of ln 2; exact for powers of two);
+   for meanse also (2k/(2k+1))·2c²/ℓ_{2k+1}³, with the same c and ℓ_{2k+1}.
 
 Verification (independent of the certifier where practical)
 -----------------------------------------------------------
@@ -111,6 +115,8 @@ MAX_CERTIFICATE_BYTES = 1 << 20
 """Largest certificate file read (1 MiB; the shipped ones are about 4 KiB)."""
 _DECODER_CLAIM = {"maxse": "decoder_max_row_norm", "meanse": "decoder_frobenius_norm"}
 _COST_CLAIM = {"maxse": "c2", "meanse": "cf"}
+EXACT_LIFT_CLAIM = "lifted_constant_meanse_exact_lift"
+"""The meanse-only claim (2k/(2k+1))·2c_F²/log₂(2k+1)³ (docs/lifting.md, "The exact MeanSE asymptote of the lift")."""
 _LOG_METHOD = (
     "certifier: e + (partial sum of 2·atanh(z), z = (x/2^e - 1)/(x/2^e + 1)) / (upper bound of ln 2), "
     "rounded down to a multiple of 2^-64 minus 2^-64; verifier: 2^a <= x^(2^s) by truncated repeated squaring"
@@ -157,7 +163,8 @@ def _render(value: exact.Rational, *, lower: bool = False) -> str:
 
 
 def _claim_order(metric: str) -> tuple[str, ...]:
-    return ("encoder_max_column_sum", _DECODER_CLAIM[metric], _COST_CLAIM[metric], "leading_constant", "lifted_constant")
+    order = ("encoder_max_column_sum", _DECODER_CLAIM[metric], _COST_CLAIM[metric], "leading_constant", "lifted_constant")
+    return order + ((EXACT_LIFT_CLAIM,) if metric == "meanse" else ())
 
 
 @dataclass
@@ -289,6 +296,7 @@ class Certificate:
             "cf": "c_F",
             "leading_constant": "2C² = 2c²/log₂(k)³",
             "lifted_constant": "2C²·(log₂k/log₂(2k+1))³",
+            EXACT_LIFT_CLAIM: "2C²·(log₂k/log₂(2k+1))³·2k/(2k+1) (MeanSE, exact lift)",
         }
         rows = []
         for name, bound in self.claims.items():
@@ -387,12 +395,16 @@ def _certifier_decoder_bound(P: np.ndarray, M: np.ndarray, *, g: int, metric: st
     }
 
 
-def _constants(cost: gmpy2.mpq, logs: dict[str, gmpy2.mpq]) -> dict[str, gmpy2.mpq]:
-    """2c²/ℓ_k³ and 2c²/ℓ_{2k+1}³, rounded up to 12 digits."""
-    return {
+def _constants(cost: gmpy2.mpq, logs: dict[str, gmpy2.mpq], *, metric: str, k: int) -> dict[str, gmpy2.mpq]:
+    """2c²/ℓ_k³ and 2c²/ℓ_{2k+1}³ (and for meanse (2k/(2k+1))·2c²/ℓ_{2k+1}³), rounded up to 12 digits."""
+    constants = {
         "leading_constant": exact.decimal_ceil(2 * cost**2 / logs["k"] ** 3, digits=DECIMAL_DIGITS),
         "lifted_constant": exact.decimal_ceil(2 * cost**2 / logs["2k+1"] ** 3, digits=DECIMAL_DIGITS),
     }
+    if metric == "meanse":
+        factor = gmpy2.mpq(2 * k, 2 * k + 1)
+        constants[EXACT_LIFT_CLAIM] = exact.decimal_ceil(factor * 2 * cost**2 / logs["2k+1"] ** 3, digits=DECIMAL_DIGITS)
+    return constants
 
 
 def _load_square(
@@ -473,20 +485,23 @@ def _exact_bounds(
         cost = exact.decimal_ceil(exact.sqrt_upper(decoder_bound**2 * sensitivity**2 / k), digits=DECIMAL_DIGITS)
     logs = {"k": exact.log2_lower_bound(k), "2k+1": exact.log2_lower_bound(2 * k + 1)}
     values = {"encoder_max_column_sum": sensitivity, _DECODER_CLAIM[metric]: decoder_bound, _COST_CLAIM[metric]: cost}
-    values.update(_constants(cost, logs))
+    values.update(_constants(cost, logs, metric=metric, k=k))
     return record, values, logs
 
 
 def _float64_values(*, float_costs: FactorizationCosts, metric: str, k: int) -> dict[str, float]:
     """The float64 counterparts of the claims (for the certificate's comparison column)."""
     constant = float_costs.max_se_constant if metric == "maxse" else float_costs.mean_se_constant
-    return {
+    values = {
         "encoder_max_column_sum": float_costs.encoder_max_column_sum,
         _DECODER_CLAIM[metric]: float_costs.decoder_max_row_norm if metric == "maxse" else float_costs.decoder_frobenius_norm,
         _COST_CLAIM[metric]: float_costs.c2 if metric == "maxse" else float_costs.cf,
         "leading_constant": constant,
         "lifted_constant": constant * lift_factor(k),
     }
+    if metric == "meanse":
+        values[EXACT_LIFT_CLAIM] = constant * lift_factor(k) * (2 * k) / (2 * k + 1)
+    return values
 
 
 def certify_factorization(
@@ -803,6 +818,10 @@ def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = N
     for name, log in (("leading_constant", logs["k"]), ("lifted_constant", logs["2k+1"])):
         needed = 2 * C**2 / log**3
         record(name, claims[name] >= needed, needed, f"2c²/ℓ³ = {float(needed)!r} with the claims above")
+    if metric == "meanse":
+        needed = gmpy2.mpq(2 * k, 2 * k + 1) * 2 * C**2 / logs["2k+1"] ** 3
+        what = f"(2k/(2k+1))·2c²/ℓ_(2k+1)³ = {float(needed)!r} with the claims above"
+        record(EXACT_LIFT_CLAIM, claims[EXACT_LIFT_CLAIM] >= needed, needed, what)
     if certificate.rounded_from is not None:
         _check_rounded_from(certificate, R)
     return VerificationResult(

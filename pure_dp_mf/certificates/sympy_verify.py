@@ -25,7 +25,8 @@ The route
    partial sum of Σ 1/(j·2^j) plus its tail bound; exp(y) ≤ its Taylor polynomial plus the
    remainder bound y^N/N!·1/(1 − y/(N+1)), y rounded up to 2^-256), and x must be at least that
    bound: neither the certifier's atanh series nor the FLINT verifier's repeated squaring.
-7. The leading and lifted constants must be at least 2c²/ℓ³ with c and ℓ the claims above.
+7. The leading and lifted constants must be at least 2c²/ℓ³ with c and ℓ the claims above; for
+   meanse, the exact-lift constant at least (2k/(2k+1))·2c²/ℓ³ with ℓ the claimed bound of log₂(2k+1).
 8. Every claim's decimal must be its fraction rounded up to 12 significant digits (down for the
    log₂ lower bounds), computed and written here from the fraction.
 9. A ``rounded_from`` record: the named file beside the certified one has the sha256 named, and
@@ -88,6 +89,7 @@ _COST_CLAIM = {"maxse": "c2", "meanse": "cf"}
 
 Progress = Callable[[str], None]
 Q = sympy.Rational
+EXACT_LIFT_CLAIM = "lifted_constant_meanse_exact_lift"  # the claim name, written out (no shared code)
 
 
 # ------------------------------------------------------------------ exact helpers (sympy only)
@@ -368,6 +370,10 @@ def verify_with_sympy(
     for name, log in (("leading_constant", logs["k"]), ("lifted_constant", logs["2k+1"])):
         needed = 2 * C**2 / log**3
         record(name, bool(claims[name] >= needed), needed, f"2c²/ℓ³ = {float(needed)!r} with the claims above")
+    if metric == "meanse":
+        needed = Q(2 * k, 2 * k + 1) * 2 * C**2 / logs["2k+1"] ** 3
+        why = f"(2k/(2k+1))·2c²/ℓ_(2k+1)³ = {float(needed)!r} with the claims above"
+        record(EXACT_LIFT_CLAIM, bool(claims[EXACT_LIFT_CLAIM] >= needed), needed, why)
     if certificate.rounded_from is not None:
         _check_rounded_from(certificate, P)
     return VerificationResult(
