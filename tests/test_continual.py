@@ -474,3 +474,21 @@ def test_a_seeded_counter_warns_in_the_library():
         warnings.simplefilter("always")
         Counter(epsilon=1.0, horizon=5, rng=_seeded(1))
     assert any("seeded noise" in str(warning.message) for warning in caught)
+
+
+def test_update_one_step_at_a_time_is_the_batch_release_with_the_same_state(tmp_path):
+    """``update`` takes a short path for one count (no batch machinery): the same releases, the
+    same journal rows and progress as ``counts`` of the same steps, and the same errors."""
+    x = [int(v) for v in np.random.default_rng(8).integers(0, 4, 300)]
+    batch = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, rng=_seeded(21))
+    batch.save_state(tmp_path / "batch.db")
+    expected = batch.counts(x).tolist()
+    single = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, rng=_seeded(21))
+    single.save_state(tmp_path / "single.db")
+    got = [single.update(np.int64(v) if i % 2 else v) for i, v in enumerate(x)]
+    assert got == expected and all(type(v) is int for v in got)
+    assert single.releases() == batch.releases() and single.journal.progress == batch.journal.progress
+    for bad in (4, -1, 1.5, "1"):
+        with pytest.raises(InvalidInputError):
+            single.update(bad)
+    assert single.released == 300

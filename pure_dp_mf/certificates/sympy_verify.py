@@ -284,6 +284,15 @@ def _check_rounded_from(certificate: Certificate, P: list[list[int]]) -> None:
         raise ClaimFailedError("rounded_from", f"rounding {original.name} to the grid does not give the certified encoder")
 
 
+def _cost_holds(*, metric: str, cost, decoder, sensitivity, k: int) -> tuple[bool, sympy.Rational]:
+    """(holds, the least value the claims allow) of the cost claim: c₂ ≥ D·S, or c_F² ≥ D²·S²/k."""
+    if metric == "maxse":
+        needed = decoder * sensitivity
+        return bool(cost >= needed), needed
+    square = decoder**2 * sensitivity**2 / k
+    return bool(cost >= 0 and cost**2 >= square), _sqrt_upper(square)
+
+
 def verify_with_sympy(
     *, path: str | os.PathLike, max_base_size: int = DEFAULT_MAX_BASE_SIZE, progress: Progress | None = None
 ) -> VerificationResult:
@@ -350,15 +359,8 @@ def verify_with_sympy(
 
     cost_name = _COST_CLAIM[metric]
     C = claims[cost_name]
-    S_claim = claims["encoder_max_column_sum"]
-    if metric == "maxse":
-        needed = D * S_claim
-        holds = C >= needed
-    else:
-        square = D**2 * S_claim**2 / k
-        needed = _sqrt_upper(square)
-        holds = bool(C >= 0 and C**2 >= square)
-    record(cost_name, bool(holds), needed, f"it must be at least {float(needed)!r} (from the claims above)")
+    holds, needed = _cost_holds(metric=metric, cost=C, decoder=D, sensitivity=claims["encoder_max_column_sum"], k=k)
+    record(cost_name, holds, needed, f"it must be at least {float(needed)!r} (from the claims above)")
 
     for name, x in (("k", k), ("2k+1", 2 * k + 1)):
         record(

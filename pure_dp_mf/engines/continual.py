@@ -333,7 +333,8 @@ class ContinualCounter(_CounterState):
         """Release the next step; returns an int (d = 1) or an int64 vector (d > 1)."""
         if self.dimension > 1:
             return self.counts(np.asarray(value, dtype=object).reshape(1, -1) if np.ndim(value) == 1 else value)[0]
-        return int(self.counts([value])[0])
+        quick = _quick_update(self, value)
+        return int(self.counts([value])[0]) if quick is None else quick
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """The error bars of steps start … stop − 1 (0-based): each release's noise std and its
@@ -349,6 +350,28 @@ class ContinualCounter(_CounterState):
             f"ContinualCounter({self.mechanism.name}, epsilon={self.epsilon}, horizon={self.horizon}, "
             f"dimension={self.dimension}, released={self.released}, seeded={self.seeded})"
         )
+
+
+def _quick_update(counter: ContinualCounter, value) -> int | None:
+    """``counts([value])[0]`` without the batch machinery, for the common case (one count,
+    no monotone fit, an int in [0, m], every number far inside int64): the same noise, the
+    same journal commit (rows and progress as ``counts`` writes them), the same result; None
+    where ``counts`` must decide (errors included)."""
+    if counter._fit is not None or counter.closed or type(value) not in (int, np.int64) or not 0 <= value <= counter.max_value:
+        return None
+    t = counter.released
+    if (counter.horizon is not None and t >= counter.horizon) or counter.max_value * (t + 1) >= SAFE:
+        return None
+    noise = counter._ahead.noise(t, t + 1)
+    if noise.dtype == object or not -SAFE < int(noise[0, 0]) < SAFE or abs(counter._sums[0]) >= SAFE:
+        return None
+    total = counter._sums[0] + int(value)
+    count = total + int(noise[0, 0])
+    if counter.journal is not None:
+        rows = np.array([[int(value), count]], dtype=np.int64)
+        counter.journal.commit(released=t + 1, progress=_progress([total], [count], None), first=t, rows=rows)
+    counter.released, counter._sums, counter.last_release = t + 1, [total], [count]
+    return count
 
 
 class _Ahead:

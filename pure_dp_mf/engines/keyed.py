@@ -305,7 +305,7 @@ class KeyedCounters(_KeyedState):
         self.journal: Journal | None = None
         self.closed = False
         self._noise_start, self._noise = 0, np.zeros((len(self.keys), 0), dtype=np.int64)
-        self._bars_ahead: tuple[int, int, float, ErrorBars] | None = None
+        self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
 
     @property
     def dropped(self) -> dict:
@@ -385,19 +385,8 @@ class KeyedCounters(_KeyedState):
         return (counts, *self.intervals(counts, start=start, beta=beta))
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
-        """Error bars of steps start … stop − 1 (0-based), the same for every key. Asked one step
-        at a time (``run_keyed``), they are computed ``chunk`` steps ahead: each step's bars are a
-        function of the public mechanism and the step alone."""
-        ahead = self._bars_ahead
-        if ahead is None or not (ahead[0] <= start and stop <= ahead[1] and ahead[2] == beta):
-            if stop - start != 1:
-                return self._release.bars(start, stop, beta=beta)
-            last = self._last(start + self.chunk)
-            ahead = self._bars_ahead = (start, last, beta, self._release.bars(start, last, beta=beta))
-        first, bars = start - ahead[0], ahead[3]
-        return ErrorBars(
-            std=bars.std[first : first + stop - start], half_width=bars.half_width[first : first + stop - start], beta=beta
-        )
+        """Error bars of steps start … stop − 1 (0-based), the same for every key (``_BarsAhead``)."""
+        return self._bars.bars(start, stop, beta=beta)
 
     def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(std per step, lower, upper) of released ``counts``: shape (keys,) for the one 0-based
@@ -462,6 +451,27 @@ class KeyedCounters(_KeyedState):
         except BaseException:
             journal.close()
             raise
+
+
+class _BarsAhead:
+    """Error bars asked one step at a time (``run_keyed``) are computed ``steps`` steps ahead:
+    each step's bars are a function of the public mechanism and the step alone."""
+
+    def __init__(self, release, *, steps: int, last) -> None:
+        self.release, self.steps, self.last = release, steps, last
+        self.ahead: tuple[int, int, float, ErrorBars] | None = None
+
+    def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
+        ahead = self.ahead
+        if ahead is None or not (ahead[0] <= start and stop <= ahead[1] and ahead[2] == beta):
+            if stop - start != 1:
+                return self.release.bars(start, stop, beta=beta)
+            last = self.last(start + self.steps)
+            ahead = self.ahead = (start, last, beta, self.release.bars(start, last, beta=beta))
+        first, bars = start - ahead[0], ahead[3]
+        return ErrorBars(
+            std=bars.std[first : first + stop - start], half_width=bars.half_width[first : first + stop - start], beta=beta
+        )
 
 
 def _mechanism(base: str | os.PathLike | None, horizon: int | None, metric: str):

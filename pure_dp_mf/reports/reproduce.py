@@ -140,6 +140,13 @@ class _Context:
 # ------------------------------------------------------------------------------ 1. Table 2
 
 
+def _note_exact_lift(record: dict, certificate) -> None:
+    """The certified exact MeanSE lift constant of a MeanSE certificate, where it has one."""
+    exact_lift = certificate.claims.get(certify.EXACT_LIFT_CLAIM)
+    if exact_lift is not None:
+        record["exact_lift"] = exact_lift.decimal
+
+
 def _certificates(section: Section, context: _Context) -> None:
 
     paths = sorted(context.certificates.glob("*.json"))
@@ -176,9 +183,7 @@ def _certificates(section: Section, context: _Context) -> None:
             "leading": float(Fraction(certificate.claims["leading_constant"].value)),
             "lifted": float(Fraction(certificate.claims["lifted_constant"].value)),
         }
-        exact_lift = certificate.claims.get(certify.EXACT_LIFT_CLAIM)  # meanse certificates only
-        if exact_lift is not None:
-            record["exact_lift"] = exact_lift.decimal
+        _note_exact_lift(record, certificate)
         context.verified.append(record)
         context.certified_files.add(record["file"])  # only the file whose sha256 the verifier checked
         listing.rows.append([path.name, certificate.factorization_path.name, result.n, result.metric, "verified", result.seconds])
