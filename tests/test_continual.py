@@ -283,51 +283,13 @@ def test_a_stream_follows_its_invalid_policy(base_file):
     """On standard input an invalid line counts as 0 by default (the policy in the metadata),
     clamped with --invalid clamp, or stops the run with --invalid stop (not private)."""
     expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=5, rng=_seeded(1)).counts([1, 0, 1, 1, 0])
-    zero = run_cli(
-        "count",
-        "--epsilon",
-        "1",
-        "--horizon",
-        "5",
-        "--base",
-        str(base_file),
-        "--seed",
-        "1",
-        "--format",
-        "jsonl",
-        input_text="1\nx\n1\n1\n0\n",
-    )
+    command = ["count", "--epsilon", "1", "--horizon", "5", "--base", str(base_file), "--seed", "1"]
+    zero = run_cli(*command, "--format", "jsonl", input_text="1\nx\n1\n1\n0\n")
     assert zero.returncode == 0 and '"invalid": "zero"' in zero.stdout.splitlines()[0]
     assert [int(line.split('"count": ')[1].split(",")[0]) for line in zero.stdout.splitlines()[1:]] == expected.tolist()
-    clamp = run_cli(
-        "count",
-        "--epsilon",
-        "1",
-        "--horizon",
-        "5",
-        "--base",
-        str(base_file),
-        "--seed",
-        "1",
-        "--invalid",
-        "clamp",
-        input_text="1\n0\n7\n1\n0\n",
-    )
+    clamp = run_cli(*command, "--invalid", "clamp", input_text="1\n0\n7\n1\n0\n")
     assert [int(v) for v in clamp.stdout.split()] == expected.tolist()
-    stop = run_cli(
-        "count",
-        "--epsilon",
-        "1",
-        "--horizon",
-        "5",
-        "--base",
-        str(base_file),
-        "--seed",
-        "1",
-        "--invalid",
-        "stop",
-        input_text="1\n0\n7\n",
-    )
+    stop = run_cli(*command, "--invalid", "stop", input_text="1\n0\n7\n")
     assert stop.returncode == 2 and "line 3" in stop.stderr and len(stop.stdout.split()) == 2
 
 
