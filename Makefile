@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[train,dev,spark]"
+	$(BIN)/pip install --quiet -e ".[train,dev,spark,opendp]"
 	touch $(STAMP)
 
 install: $(STAMP)

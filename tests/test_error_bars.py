@@ -79,7 +79,9 @@ def test_count_csv_and_jsonl_carry_std_and_bounds(tmp_path):
         assert int(row["step"]) == record["step"] == step
         assert int(row["count"]) == record["count"] == counts[step - 1]
         assert float(row["std"]) == pytest.approx(record["std"]) and record["std"] > 0
-        assert 0 <= record["lower"] <= truth[step - 1] <= record["upper"] <= step  # this seed: covered
+        count = record["count"]  # the interval is cut to [0, t·m] but always holds its count
+        assert min(0, count) <= record["lower"] <= truth[step - 1] <= record["upper"] <= max(step, count)  # this seed: covered
+        assert record["lower"] <= count <= record["upper"]
 
 
 def test_csv_output_file_is_completed_after_a_crash_in_its_own_format(tmp_path):
@@ -236,7 +238,8 @@ def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
     assert whole.mechanism.startswith("lifted base k128_")  # compare's best for n = 100
     truth = np.cumsum(values)
     for release, true in zip(expected, truth, strict=True):
-        assert release.std > 0 and release.lower <= release.upper and 0 <= release.lower and release.upper <= 3 * release.step
+        assert release.std > 0 and release.lower <= release.count <= release.upper
+        assert min(0, release.count) <= release.lower and release.upper <= max(3 * release.step, release.count)
         assert release.lower <= true <= release.upper  # this seed
     state = tmp_path / "c.json"
     with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as first:

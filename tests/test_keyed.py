@@ -191,8 +191,8 @@ def test_count_keyed_csv_and_jsonl(tmp_path):
     [
         ([("u1", "de", 1, 1)], ("de",), ["--column", "amount"], "--column 'amount': no such column"),
         ([("u1", "de", 1, 1)], ("de", "de"), [], "twice"),
-        ([("u1", "de", "x", 1)], ("de",), [], "--step-column: 'x' is not an integer"),
-        ([("u1", "de", "1_0", 1)], ("de",), [], "--step-column: '1_0' is not an integer"),
+        ([("u1", "de", "x", 1)], ("de",), [], "--step-column 'day': 'x' is not an integer"),
+        ([("u1", "de", "1_0", 1)], ("de",), [], "--step-column 'day': '1_0' is not an integer"),
         ([("u1", "de", 3, 1), ("u1", "de", 2, 1)], ("de",), [], "goes backwards"),
         ([("u1", "de", 1, 5)], ("de",), ["--column", "value", "--max-value", "3"], "outside [0, 3]"),
         ([("u1", "de", 1, 1)], ("de",), ["--user-column", "uid"], "--user-column is for --privacy-unit user"),

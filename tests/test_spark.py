@@ -351,3 +351,101 @@ def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
     with pytest.raises(Exception, match="keys_per_shard differs"):
         query.awaitTermination()
     assert len(list((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))) == 10  # nothing released
+
+
+def _tiny_count(tmp_path) -> list[str]:
+    """A tiny keyed count on Spark through the installed command (two keys, four steps)."""
+    from pathlib import Path
+
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    (tmp_path / "events.csv").write_text("country,day\nde,1\nfr,2\nde,2\n")
+    command = str(Path(sys.executable).parent / "pure-dp-mf")
+    arguments = ["count", str(tmp_path / "events.csv"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
+    return [command, *arguments, "--step-column", "day", "--epsilon", "1", "--horizon", "4", "--seed", "1", "--engine", "spark"]
+
+
+def _spark_environment(**changes: str | None) -> dict[str, str]:
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")}
+    environment.pop("VIRTUAL_ENV", None)
+    for name, value in changes.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return environment
+
+
+def test_count_on_spark_sets_the_worker_python_itself(tmp_path):
+    """No PYSPARK_PYTHON and no virtual environment on the PATH: the workers still import the package."""
+    import subprocess
+
+    venv_bin = os.path.dirname(sys.executable)
+    path = os.pathsep.join(part for part in os.environ.get("PATH", "").split(os.pathsep) if part and part != venv_bin)
+    finished = subprocess.run(
+        _tiny_count(tmp_path), env=_spark_environment(PATH=path), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    lines = finished.stdout.splitlines()
+    assert lines[0] == "key,step,count,std,lower,upper" and len(lines) == 1 + 2 * 4
+
+
+def _error_lines(finished) -> list[str]:
+    return [line for line in finished.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_count_on_spark_without_java_is_one_error_line(tmp_path):
+    import subprocess
+
+    environment = _spark_environment(PATH=os.path.dirname(sys.executable), JAVA_HOME=None)
+    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 2 and finished.stdout == ""
+    assert len(_error_lines(finished)) == 1 and "Java 17" in _error_lines(finished)[0], finished.stderr
+    assert "java not found on PATH and JAVA_HOME unset" in finished.stderr
+    fake = tmp_path / "fake-jdk" / "bin"  # a java that cannot start Spark's JVM (an old JDK, a broken install)
+    fake.mkdir(parents=True)
+    (fake / "java").write_text("#!/bin/sh\necho 'UnsupportedClassVersionError' >&2\nexit 1\n")
+    (fake / "java").chmod(0o755)
+    environment = _spark_environment(PATH=os.pathsep.join([str(fake), "/usr/bin", "/bin"]), JAVA_HOME=None)
+    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
+    assert "the JVM did not start" in _error_lines(finished)[0]
+
+
+def test_count_on_spark_without_pyspark_names_the_install_line(tmp_path):
+    import subprocess
+
+    script = "import sys; sys.modules['pyspark'] = None; from pure_dp_mf.cli import main; main()"
+    finished = subprocess.run(
+        [sys.executable, "-c", script, *_tiny_count(tmp_path)[1:]], capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
+    assert "pip install -e '.[spark]'" in _error_lines(finished)[0]
+
+
+def test_keyed_progress_bar_on_a_terminal_only(tmp_path):
+    """``run_keyed_file`` (local engine) shows its bar over the public steps when standard error is
+    a terminal, and prints nothing more when it is not."""
+    import pty
+    import subprocess
+
+    arguments = _tiny_count(tmp_path)[:-2] + ["--output", str(tmp_path / "out.csv"), "--format", "csv"]
+    piped = subprocess.run(arguments, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "steps released" not in piped.stderr and piped.stdout == ""
+    assert "\r" not in piped.stderr and "\x1b[" not in piped.stderr  # no bar, no terminal codes
+    (tmp_path / "out.csv").unlink()
+    leader, follower = pty.openpty()
+    try:
+        finished = subprocess.run(arguments, stdout=subprocess.DEVNULL, stderr=follower, timeout=120)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert finished.returncode == 0 and b"steps released" in shown, shown[-2000:]

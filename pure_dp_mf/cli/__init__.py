@@ -21,6 +21,7 @@ from pure_dp_mf.errors import PureDPMFError
 
 COMMANDS = {
     "audit": ("audit",),
+    "budget": ("budget",),
     "certify": ("certify",),
     "verify": ("certify",),
     "check-claims": ("certify",),

@@ -71,10 +71,22 @@ _KEY_COLUMN = typer.Option(
     None, "--key-column", help="keyed counts: the CSV column of each event's key (with --keys, --step-column)"
 )
 _KEYS = typer.Option(None, "--keys", help="keyed counts: the public keys, one per line; other keys are dropped")
-_STEP_COLUMN = typer.Option(None, "--step-column", help="keyed counts: the column of each event's step, 1 … horizon")
-_PRIVACY_UNIT = typer.Option("event", "--privacy-unit", help="keyed counts: event or user (with contribution bounds)")
-_USER_COLUMN = typer.Option(None, "--user-column", help="keyed counts with --privacy-unit user: the user column")
-_MAX_KEYS = typer.Option(None, "--max-keys", help="--privacy-unit user: K, keys kept per user (the first K)")
+_STEP_COLUMN = typer.Option(
+    None,
+    "--step-column",
+    help="input as event rows (CSV with a header): the column of each row's step, 1 … horizon, or its date with --start",
+)
+_START = typer.Option(None, "--start", help="with --step-column: dates and timestamps, step 1 begins at this ISO date/time")
+_STEP_SIZE = typer.Option(None, "--step-size", help="with --start: how long a step lasts: 1d (default), 12h, 15min, 1w, …")
+_PRIVACY_UNIT = typer.Option(
+    None,
+    "--privacy-unit",
+    help="what one person's data is: step (a step's whole value ≤ --max-value; the default of one stream), event (one "
+    "event row, value ≤ --max-value; the keyed default), user-step (one user's rows within one step: noise K·m) or user "
+    "(one user over the whole stream: noise K·m·C·‖R‖) — docs/privacy.md, 'Privacy units'",
+)
+_USER_COLUMN = typer.Option(None, "--user-column", help="--privacy-unit user or user-step: the column naming each row's user")
+_MAX_KEYS = typer.Option(None, "--max-keys", help="--privacy-unit user or user-step: K, keys kept per user (the first K)")
 _MAX_PER_KEY = typer.Option(None, "--max-per-key", help="--privacy-unit user: C, steps kept per user and key (the first C)")
 _ENGINE = typer.Option("local", "--engine", help="keyed counts: local (in-process) or spark (the spark extra)")
 _COMMIT_EVERY = typer.Option(
@@ -85,10 +97,27 @@ _COMMIT_EVERY = typer.Option(
 _THROUGH = typer.Option(
     None,
     "--through",
-    help="keyed counts: release steps 1 … S (default the horizon): the public schedule, fixed before any data",
+    help="event rows: release steps 1 … S, or through the step of a date with --start (default the horizon): the "
+    "public schedule, fixed before any data",
 )
 _OPERATOR_LOG = typer.Option(
     None, "--operator-log", help="append diagnostics about the data (dropped events) to this file: not private, never publish"
+)
+_BUDGET = typer.Option(
+    None, "--budget", help="charge ε to this named budget (pure-dp-mf budget create) before the first release; refused past it"
+)
+_FIRST_STEP = typer.Option(
+    None,
+    "--first-step",
+    help="with --state: the first line is this step; lines of released steps must repeat their inputs and get "
+    "their stored releases back (nothing drawn)",
+)
+_PLOT = typer.Option(None, "--plot", help="draw the released series and its band into this PNG (with --output, csv)")
+_BAND = typer.Option(
+    "step",
+    "--band",
+    help="step (each interval holds with probability ≥ 1 − β) or simultaneous (all of the schedule's intervals hold "
+    "together with probability ≥ 1 − β: each at β/n, the union bound)",
 )
 _INVALID = typer.Option(
     "refuse",
@@ -122,24 +151,43 @@ def count(
     key_column: str = _KEY_COLUMN,
     keys_file: Path = _KEYS,
     step_column: str = _STEP_COLUMN,
+    start: str = _START,
+    step_size: str = _STEP_SIZE,
     privacy_unit: str = _PRIVACY_UNIT,
     user_column: str = _USER_COLUMN,
     max_keys: int = _MAX_KEYS,
     max_per_key: int = _MAX_PER_KEY,
     engine: str = _ENGINE,
     commit_every: int = _COMMIT_EVERY,
-    through: int = _THROUGH,
+    through: str = _THROUGH,
     operator_log: Path = _OPERATOR_LOG,
     invalid: str = _INVALID,
+    budget: str = _BUDGET,
+    first_step: int = _FIRST_STEP,
+    plot: Path = _PLOT,
+    band: str = _BAND,
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
 
-    With --key-column: private running counts of every public key at every step (docs/streaming.md)."""
+    With --step-column: the input is event rows, counted per step of a public schedule (dates with
+    --start); with --key-column too: private running counts of every public key (docs/streaming.md)."""
     # Each run takes every flag above by name: context.params holds them as parsed.
-    if key_column is not None:
-        _count_keyed(**context.params)
+    params = {name: value for name, value in context.params.items() if name != "plot"}
+    if band not in ("step", "simultaneous"):
+        raise InvalidInputError(f"--band must be step or simultaneous, got {band!r}")
+    rows = key_column is not None or step_column is not None  # event rows: csv by default
+    if plot is not None and (output is None or output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1):
+        raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
+    if rows:
+        _count_keyed(**params)
     else:
-        _count_stream(**context.params)
+        _count_stream(**params)
+    if plot is not None:
+        from pure_dp_mf.reports.plot import plot_output_file
+
+        label = f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'}"
+        plot_output_file(source=output, image=plot, band_label=label)
+        error_console.print(f"plot: {plot}", markup=False, highlight=False)
 
 
 def _count_keyed(
@@ -152,17 +200,24 @@ def _count_keyed(
     header_line: bool,
     commit_every: int,
     operator_log: Path | None,
+    first_step: int | None,
+    band: str,
     **keyed: Any,
 ) -> None:
-    """``count --key-column``: the single-stream flags refused, then ``count_keyed`` with the ``keyed`` flags
-    (``header_line`` and ``commit_every`` are single-stream options a keyed run does not read)."""
+    """``count --key-column`` or ``--step-column`` (event rows): the line-per-step flags refused, then
+    ``count_keyed`` with the ``keyed`` flags (``header_line`` and ``commit_every`` are options of
+    line-per-step input that event rows, always CSV with a header, do not read)."""
     from pure_dp_mf.cli.count_keyed import count_keyed
 
-    if extend:
-        raise InvalidInputError("--extend is for a single stream; keyed counts release the public schedule --through")
+    flag = "--key-column" if keyed["key_column"] is not None else "--step-column"
+    if extend or first_step is not None:
+        raise InvalidInputError(
+            f"--extend and --first-step are for one count per line; {flag} releases the public schedule --through "
+            "(a run again with its --state skips the released steps)"
+        )
     if certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
-        raise InvalidInputError("--key-column runs lifted bases: no --certificate, --dimension, --monotone or tree --mechanism")
-    count_keyed(**keyed, operator_log_file=operator_log)
+        raise InvalidInputError(f"{flag} runs lifted bases: no --certificate, --dimension, --monotone or tree --mechanism")
+    count_keyed(**keyed, operator_log_file=operator_log, simultaneous=band == "simultaneous")
 
 
 def _count_stream(
@@ -187,12 +242,16 @@ def _count_stream(
     monotone: bool,
     commit_every: int,
     invalid: str,
+    budget: str | None,
+    first_step: int | None,
+    band: str,
     **keyed_flags: Any,
 ) -> None:
     """``count`` of one stream: the keyed-only flags (``keyed_flags``) refused, then the counter run over the input."""
     _refuse_keyed_flags(**keyed_flags)
+    step_beta = _band_beta(band, beta=beta, steps=horizon)
     check_size(commit_every, name="--commit-every", maximum=1 << 20)
-    check_output_options(output_format=output_format, dimension=dimension, beta=beta, invalid=invalid)
+    check_output_options(output_format=output_format, dimension=dimension, beta=step_beta, invalid=invalid)
     policy = invalid if invalid != "refuse" or input_file is not None else "zero"
     reader = StepReader(
         dimension=dimension, max_value=max_value, policy=policy, header=header_line, column=column, largest=commit_every
@@ -206,18 +265,42 @@ def _count_stream(
         certificate=certificate,
         max_value=max_value,
         dimension=dimension,
-        beta=beta,
+        beta=step_beta,
         monotone=monotone,
         state=state,
         rng=NoiseGenerator.from_seed(seed) if seed is not None else None,
+        budget=budget,
     )
     if extend:
         if counter.counter.horizon is None:
             raise InvalidInputError("--extend: the counter has no horizon; it already goes on without one")
         counter.extend_horizon()
     _announce(counter, state=state, policy=policy, invalid=invalid)
-    summary = metadata(counter, beta=beta, policy=policy, privacy_unit="step")
-    run_stream(counter, source=input_file, reader=reader, output=output, output_format=output_format, summary=summary)
+    summary = {**metadata(counter, beta=beta, policy=policy), "band": band, "beta_per_step": step_beta}
+    run_stream(
+        counter,
+        source=input_file,
+        reader=reader,
+        output=output,
+        output_format=output_format,
+        summary=summary,
+        first_step=first_step,
+    )
+
+
+def _band_beta(band: str, *, beta: float, steps: int | None) -> float:
+    """The β of each step's interval: β itself (--band step), or for a band that holds over the
+    whole schedule of ``steps`` steps at once β/steps (``error_bars.simultaneous_beta``)."""
+    if band == "step":
+        return beta
+    if steps is None:
+        raise InvalidInputError(
+            "--band simultaneous needs --horizon n (or --through): the band holds over steps fixed in advance"
+        )
+    check_output_options(output_format="csv", dimension=1, beta=beta, invalid="refuse")
+    from pure_dp_mf.release.error_bars import simultaneous_beta
+
+    return simultaneous_beta(beta, steps=steps)
 
 
 def _announce(counter: Counter, *, state: Path | None, policy: str, invalid: str) -> None:
@@ -235,28 +318,35 @@ def _refuse_keyed_flags(
     *,
     keys_file: Path | None,
     step_column: str | None,
-    privacy_unit: str,
+    start: str | None,
+    step_size: str | None,
+    privacy_unit: str | None,
     user_column: str | None,
     max_keys: int | None,
     max_per_key: int | None,
     engine: str,
     key_column: str | None,
-    through: int | None,
+    through: str | None,
     operator_log: Path | None,
 ) -> None:
-    """The keyed-only flags, refused without --key-column (one error naming the flag). ``key_column`` is
-    None here; --through and --operator-log are not refused: a single stream does not read them."""
+    """The flags of event rows, refused for one count per line (one error naming the flag).
+    ``key_column`` and ``step_column`` are None here; --through and --operator-log are not
+    refused: a line-per-step run does not read them."""
     if engine != "local":
         raise InvalidInputError("--engine is for keyed counts: give --key-column too")
-    if privacy_unit != "event":
-        raise InvalidInputError("--privacy-unit is for keyed counts: give --key-column too")
+    if privacy_unit not in (None, "step"):
+        raise InvalidInputError(
+            f"--privacy-unit {privacy_unit} counts event rows: give --step-column (the column of each row's step or date); "
+            "one value per line is --privacy-unit step"
+        )
     given = {
         "--keys": keys_file,
-        "--step-column": step_column,
         "--user-column": user_column,
         "--max-keys": max_keys,
         "--max-per-key": max_per_key,
+        "--start": start,
+        "--step-size": step_size,
     }
     for flag, value in given.items():
         if value is not None:
-            raise InvalidInputError(f"{flag} is for keyed counts: give --key-column too")
+            raise InvalidInputError(f"{flag} is for event rows: give --step-column too")

@@ -10,21 +10,26 @@ from pathlib import Path
 from typing import Any
 
 from pure_dp_mf.cli.app import error_console
+from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.keyed import KeyedCounters, public_schedule
-from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, check_events, operator_log, read_keys, run_keyed_file
+from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, Layout, check_events, operator_log, read_keys, run_keyed_file
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.release.error_bars import simultaneous_beta
 from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.validation import parse_integer
+
+SINGLE_KEY = "count"  # the one key of a single stream given as event rows (not shown in its output)
 
 
 def count_keyed(
     *,
     input_file: Path | None,
     keys_file: Path | None,
-    key_column: str,
+    key_column: str | None,
     step_column: str | None,
     column: str | None,
     user_column: str | None,
-    privacy_unit: str,
+    privacy_unit: str | None,
     max_keys: int | None,
     max_per_key: int | None,
     max_value: int,
@@ -38,14 +43,23 @@ def count_keyed(
     beta: float,
     engine: str = "local",
     state: Path | None = None,
-    through: int | None = None,
+    through: str | None = None,
+    start: str | None = None,
+    step_size: str | None = None,
     invalid: str = "refuse",
+    budget: str | None = None,
     operator_log_file: Path | None = None,
+    simultaneous: bool = False,
 ) -> None:
-    """The keyed run of ``count`` (see the module docstring); every option is checked first."""
-    keys = _read_public_keys(keys_file=keys_file, step_column=step_column, user_column=user_column, privacy_unit=privacy_unit)
+    """The event-row run of ``count`` (see the module docstring); every option is checked first.
+    Without --key-column the rows are one stream (one key, not shown) and the unit defaults to step."""
+    single = key_column is None
+    privacy_unit = privacy_unit or ("step" if single else "event")
+    _check_unit_flags(step_column=step_column, user_column=user_column, privacy_unit=privacy_unit)
+    keys = [SINGLE_KEY] if single else _read_public_keys(keys_file)
+    calendar = _calendar(start=start, step_size=step_size)
     output_format = "csv" if output_format == "plain" else output_format
-    through = public_schedule(horizon, through)
+    through_step = public_schedule(horizon, _through_step(through, calendar))
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
@@ -55,8 +69,18 @@ def count_keyed(
         "value_column": column,
         "user_column": user_column,
     }
-    release: dict[str, Any] = {"output": output, "output_format": output_format, "beta": beta, "through": through}
+    band_beta, band = beta, {"band": "simultaneous" if simultaneous else "step", "beta_per_step": beta}
+    if simultaneous:  # every key at every step of the schedule, together: the union bound over keys × steps
+        band["beta_per_step"] = beta = simultaneous_beta(beta, steps=len(keys) * through_step)
+    release: dict[str, Any] = {"output": output, "output_format": output_format, "beta": beta, "through": through_step}
     if engine == "spark":
+        if budget is not None:
+            raise InvalidInputError("--budget is for the local engine")
+        if single or calendar is not None or privacy_unit not in ("event", "user"):
+            raise InvalidInputError(
+                "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
+                "one stream, --start and the units step and user-step run on the local engine"
+            )
         _count_on_spark(
             input_file=input_file, keys=keys, columns=columns, options={**mechanism, **bounds}, rng=rng, state=state, **release
         )
@@ -64,31 +88,64 @@ def count_keyed(
     if engine != "local":
         raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
     policy = invalid if invalid != "refuse" or input_file is not None else "zero"
-    reader = EventReader(keys=keys, **columns, through=through, max_value=max_value, policy=policy)
+    reader = EventReader(keys=keys, **columns, through=through_step, max_value=max_value, policy=policy, calendar=calendar)
     check_events(input_file, reader)  # a file is checked whole: nothing is created or released before this
-    counters, resumed = _open_counters(state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds)
-    summary = {**counters.summary(), "beta": beta, "through": through, "invalid": policy}
-    error_console.print(f"keyed counts: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
+    counters, resumed = _open_counters(state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds, budget=budget)
+    summary = {**counters.summary(), "beta": band_beta, "through": through_step, "invalid": policy, **band}
+    if calendar is not None:
+        summary["calendar"] = calendar.record()
+    if single:
+        summary.pop("keys")
+    title = "counts of event rows" if single else "keyed counts"
+    error_console.print(f"{title}: {json.dumps(summary, ensure_ascii=False)}", markup=False, highlight=False, soft_wrap=True)
     if counters.rng.seeded:
         error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
-    sink = KeyedSink(counters=counters, output=output, output_format=output_format, summary=summary, beta=beta, resumed=resumed)
-    run_keyed_file(counters, source=input_file, reader=reader, sink=sink, through=through, beta=beta)
+    layout = Layout(keys=keys, show_keys=not single, calendar=calendar)
+    sink = KeyedSink(
+        counters=counters, output=output, output_format=output_format, summary=summary, beta=beta, resumed=resumed, layout=layout
+    )
+    run_keyed_file(counters, source=input_file, reader=reader, sink=sink, through=through_step, beta=beta)
     operator_log(operator_log_file, counters=counters, reader=reader)
 
 
-def _read_public_keys(
-    *, keys_file: Path | None, step_column: str | None, user_column: str | None, privacy_unit: str
-) -> list[str]:
-    """The public keys of --keys, once the flags that name the columns are checked."""
+def _check_unit_flags(*, step_column: str | None, user_column: str | None, privacy_unit: str) -> None:
+    """The flags that name the columns, checked against the privacy unit."""
+    if step_column is None:
+        raise InvalidInputError("--key-column needs --step-column NAME: the step (1 … horizon) or date of each event")
+    users = privacy_unit in ("user", "user-step")
+    if user_column is not None and not users:
+        raise InvalidInputError("--user-column is for --privacy-unit user or user-step")
+    if users and user_column is None:
+        raise InvalidInputError(f"--privacy-unit {privacy_unit} needs --user-column NAME")
+
+
+def _read_public_keys(keys_file: Path | None) -> list[str]:
+    """The public keys of --keys."""
     if keys_file is None:
         raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
-    if step_column is None:
-        raise InvalidInputError("--key-column needs --step-column NAME: the integer step (1 … horizon) of each event")
-    if user_column is not None and privacy_unit != "user":
-        raise InvalidInputError("--user-column is for --privacy-unit user")
-    if privacy_unit == "user" and user_column is None:
-        raise InvalidInputError("--privacy-unit user needs --user-column NAME")
     return read_keys(keys_file)
+
+
+def _calendar(*, start: str | None, step_size: str | None) -> Calendar | None:
+    """The public calendar of --start and --step-size, or None for integer steps."""
+    if start is None:
+        if step_size is not None:
+            raise InvalidInputError("--step-size needs --start: the date or time at which step 1 begins")
+        return None
+    return Calendar.parse(start=start, step_size=step_size or "1d")
+
+
+def _through_step(through: str | None, calendar: Calendar | None) -> int | None:
+    """--through as a step: an integer, or with a calendar a date (the step that holds it)."""
+    if through is None:
+        return None
+    text = str(through).strip()
+    if calendar is not None and not text.isdigit():
+        step = calendar.steps_through(text)
+        if step < 1:
+            raise InvalidInputError(f"--through {text} is before --start")
+        return step
+    return parse_integer(text, what="--through")
 
 
 def _count_on_spark(
@@ -123,15 +180,21 @@ def _count_on_spark(
 
 
 def _open_counters(
-    *, state: Path | None, keys: list[str], rng: NoiseGenerator | None, mechanism: dict[str, Any], bounds: dict[str, Any]
+    *,
+    state: Path | None,
+    keys: list[str],
+    rng: NoiseGenerator | None,
+    mechanism: dict[str, Any],
+    bounds: dict[str, Any],
+    budget: str | None,
 ) -> tuple[KeyedCounters, bool]:
     """The keyed counters resumed from ``state`` when it exists, else new (saved to ``state`` when given); and whether resumed."""
     resumed = state is not None and state.exists()
     if state is not None and resumed:
-        counters = KeyedCounters.resume(state, keys=keys, rng=rng, **mechanism, **bounds)
+        counters = KeyedCounters.resume(state, keys=keys, rng=rng, budget=budget, **mechanism, **bounds)
         error_console.print(f"resuming after step {counters.released} ({state})", markup=False)
     else:
-        counters = KeyedCounters(keys=keys, rng=rng, **mechanism, **bounds)
+        counters = KeyedCounters(keys=keys, rng=rng, budget=budget, **mechanism, **bounds)
         if state is not None:
             counters.save_state(state)
     return counters, resumed

@@ -28,7 +28,7 @@ import numpy as np
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
-from pure_dp_mf.validation import check_epsilon, check_size
+from pure_dp_mf.validation import check_epsilon, check_size, check_steps
 
 LOG = logging.getLogger("pure_dp_mf")
 
@@ -59,6 +59,30 @@ class Releases:
     def columns(self) -> dict:
         return {"counts": self.counts, "std": self.std, "lower": self.lower, "upper": self.upper}
 
+    def last(self, rows: int) -> Releases:
+        """The last ``rows`` steps."""
+        cut = slice(len(self.steps) - rows, None)
+        part = lambda column: None if column is None else column[cut]  # noqa: E731
+        return Releases(
+            steps=self.steps[cut], counts=self.counts[cut], std=part(self.std), lower=part(self.lower), upper=part(self.upper)
+        )
+
+    @staticmethod
+    def join(first: Releases, second: Releases) -> Releases:
+        """``first`` then ``second`` (consecutive steps)."""
+        both = lambda a, b: None if a is None or b is None else np.concatenate([a, b])  # noqa: E731
+        if first.counts.dtype == second.counts.dtype:
+            counts = np.concatenate([first.counts, second.counts])
+        else:
+            counts = np.array([*first.counts.tolist(), *second.counts.tolist()], dtype=object)
+        return Releases(
+            steps=np.concatenate([first.steps, second.steps]),
+            counts=counts,
+            std=both(first.std, second.std),
+            lower=both(first.lower, second.lower),
+            upper=both(first.upper, second.upper),
+        )
+
 
 class Counter:
     """Private running counts of a stream of integers in [0, ``max_value``], with error bars.
@@ -81,13 +105,17 @@ class Counter:
         state: a state file: created, or resumed when it exists (crash-safe, never re-releases).
         rng: a noise generator; default a cryptographically secure one. A seeded generator
             (``NoiseGenerator.from_seed``) is for tests and research only: it is not private.
+        budget: the name of a budget (``engines.budget``) to charge ε to before the first
+            release; refused (``BudgetError``) when it would exceed the budget's total.
 
     Attributes:
         resumed: True when ``state`` existed and the counter continues it (also logged on the
             "pure_dp_mf" logger).
 
     Raises:
-        InvalidInputError: a bad argument, or a state that does not match them.
+        InvalidInputError: a bad argument, a state that does not match them, or a released step
+            given again with another input.
+        BudgetError: ``budget`` unknown, or ε more than it has left.
         StateFileError: a state in use, moved away, closed or damaged.
         RegistryError: a copy or a stale version of a state, or a generator that already feeds
             another counter (the lineage registry refuses them), or an unreadable registry.
@@ -108,6 +136,7 @@ class Counter:
         monotone: bool = False,
         state: str | os.PathLike | None = None,
         rng: NoiseGenerator | None = None,
+        budget: str | None = None,
     ) -> None:
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
             raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
@@ -128,6 +157,7 @@ class Counter:
             assert state is not None
             self._counter = ContinualCounter.resume(state, epsilon=epsilon, horizon=horizon, **options)
             self._check_choice(mechanism=mechanism, metric=metric, base=base, certificate=certificate)
+            self._charge(budget, state=state)
             LOG.info("resuming %s after step %d of %s", state, self._counter.released, self._counter.horizon or "∞")
         else:
             if horizon is None:
@@ -144,8 +174,43 @@ class Counter:
                 self._counter = ContinualCounter.for_horizon(
                     epsilon=epsilon, horizon=horizon, metric=metric, mechanism=mechanism, **options
                 )
+            self._charge(budget, state=state)
             if state is not None:
                 self._counter.save_state(state)
+
+    @classmethod
+    def open(cls, state: str | os.PathLike, *, beta: float = 0.05) -> Counter:
+        """The counter saved in ``state``, as it was made (its ε, horizon, mechanism, m): to read
+        its releases back (``releases``) or to go on. Locked and checked like any resumed state."""
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
+            raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
+        if not Path(state).exists():
+            raise InvalidInputError(f"{state}: no such state")
+        counter = cls.__new__(cls)
+        counter.beta, counter.resumed = float(beta), True
+        counter._counter = ContinualCounter.resume(state)
+        return counter
+
+    def _charge(self, budget: str | None, *, state) -> None:
+        """Charge ε to the named budget before anything is released (``budget.charge_counter``:
+        once per lineage, so a resumed counter is not charged twice); refused: nothing runs."""
+        if budget is None:
+            return
+        from pure_dp_mf.engines.budget import charge_counter
+
+        journal = self._counter.journal
+        what = f"single counter, {self._counter.mechanism.name}, unit: one step's value ≤ {self._counter.max_value}"
+        try:
+            charge_counter(
+                budget=budget,
+                epsilon=self._counter.epsilon,
+                lineage=self._counter.lineage,
+                what=what + (f", state {state}" if state is not None else ""),
+                registry=None if journal is None else journal.registry,
+            )
+        except BaseException:
+            self._counter.close()
+            raise
 
     def _check_choice(self, *, mechanism: str, metric: str, base, certificate) -> None:
         """A resumed counter runs what its state was made with: refuse a different request."""
@@ -190,25 +255,73 @@ class Counter:
 
     # ------------------------------------------------------------------ releasing
 
-    def release(self, values) -> Releases:
-        """Release the next steps (one durable commit with a state): their counts and, for one
-        count per step, each step's std and guaranteed interval."""
+    def release(self, values, *, first_step: int | None = None) -> Releases:
+        """Release the steps ``first_step``, ``first_step`` + 1, … (default the next) with inputs
+        ``values`` (one durable commit with a state): their counts and, for one count per step,
+        each step's std and guaranteed interval.
+
+        Idempotent: a step already released is never drawn again. Given again with the input
+        the state's release log holds, its stored release is returned; with another input it is
+        refused (``InvalidInputError``) before anything is released. A ``first_step`` beyond the
+        next step is refused: the schedule has no gaps (a step without events is a 0)."""
+        released = self._counter.released
+        if first_step is None or first_step == released + 1:
+            return self._release_next(values)
+        first_step = check_size(first_step, name="step")
+        if first_step > released + 1:
+            raise InvalidInputError(
+                f"step {first_step} is ahead of the next step {released + 1}: give every step in between (0 when nothing happened)"
+            )
+        if self._counter.journal is None:
+            raise InvalidInputError(
+                f"step {first_step} was released; a counter without a state keeps no release log to return it"
+            )
+        inputs = check_steps(values, dimension=self._counter.dimension, max_value=self._counter.max_value)
+        again = min(len(inputs), released - first_step + 1)
+        kept = self.releases(first_step=first_step, last_step=first_step + again - 1, _inputs=inputs[:again])
+        if again == len(inputs):
+            return kept
+        return Releases.join(kept, self._release_next(inputs[again:]))
+
+    def _release_next(self, values) -> Releases:
         first = self._counter.released
         counts = self._counter.counts(values)
+        centres = self._counter.last_raw if self._counter.monotone else counts
+        return self._releases_of(counts, centres, first=first)
+
+    def _releases_of(self, counts: np.ndarray, centres: np.ndarray, *, first: int) -> Releases:
+        """Released ``counts`` of the 0-based steps first, first + 1, … with their error bars
+        (a function of the step: the same whenever they are computed)."""
         steps = np.arange(first + 1, first + 1 + len(counts), dtype=np.int64)
         if self._counter.dimension != 1:
             return Releases(steps=steps, counts=counts, std=None, lower=None, upper=None)
-        centres = self._counter.last_raw if self._counter.monotone else counts
         bars = self._counter.bars(first, first + len(counts), beta=self.beta)
-        lower, upper = bars.bounds(centres, first_step=first, max_value=self._counter.max_value)
+        lower, upper = bars.bounds(centres, first_step=first, max_value=self._counter.max_value, shown=counts)
         return Releases(steps=steps, counts=counts, std=bars.std, lower=lower, upper=upper)
 
-    def extend(self, values: Iterable[int]) -> list[Release]:
-        """Release the next steps (one durable commit with a state file); one ``Release`` each."""
+    def releases(self, *, first_step: int = 1, last_step: int | None = None, _inputs=None) -> Releases:
+        """The released steps ``first_step`` … ``last_step`` (default the last released) read back
+        from the state's release log: the counts, std and intervals as they were released; nothing
+        is drawn. ``_inputs``: refused unless these were the steps' inputs (``release``)."""
+        last_step = self._counter.released if last_step is None else last_step
+        if not 1 <= first_step <= last_step + 1 or last_step > self._counter.released:
+            raise InvalidInputError(f"steps {first_step} … {last_step}: only steps 1 … {self._counter.released} were released")
+        rows = self._counter.releases(first_step - 1, last_step)
+        d = self._counter.dimension
+        array = np.array(rows, dtype=object).reshape(len(rows), -1)
+        if _inputs is not None:
+            _check_inputs(np.asarray(_inputs).reshape(len(rows), d), array[:, :d], first_step=first_step)
+        counts = _compact(array[:, d] if d == 1 else array[:, d : 2 * d])
+        centres = _compact(array[:, d + 1]) if d == 1 and self._counter.monotone else counts
+        return self._releases_of(counts, centres, first=first_step - 1)
+
+    def extend(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
+        """Release the steps from ``first_step`` (default the next; ``release``), one durable
+        commit with a state file; one ``Release`` each."""
         values = list(values)
         if not values:
             return []
-        released = self.release(values)
+        released = self.release(values, first_step=first_step)
         if released.std is None or released.lower is None or released.upper is None:
             raise InvalidInputError("Release objects are for one count per step; use release() for d > 1")
         return [
@@ -216,9 +329,10 @@ class Counter:
             for t, c, s, lo, hi in zip(released.steps, released.counts, released.std, released.lower, released.upper, strict=True)
         ]
 
-    def update(self, value: int) -> Release:
-        """Release the next step."""
-        return self.extend([value])[0]
+    def update(self, value: int, *, step: int | None = None) -> Release:
+        """Release step ``step`` (default the next); a released step given again with the same
+        input returns its stored release and draws nothing (``release``)."""
+        return self.extend([value], first_step=step)[0]
 
     def extend_horizon(self) -> None:
         """Go on past the horizon as an anytime counter (``ContinualCounter.extend_horizon``): the
@@ -234,3 +348,21 @@ class Counter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_inputs(given: np.ndarray, kept: np.ndarray, *, first_step: int) -> None:
+    """Refuse a released step given again with another input than its release log holds."""
+    for offset, (now, before) in enumerate(zip(given.tolist(), kept.tolist(), strict=True)):
+        if [int(v) for v in now] != [int(v) for v in before]:
+            shown = (lambda row: row[0]) if len(now) == 1 else (lambda row: row)
+            raise InvalidInputError(
+                f"step {first_step + offset} was released with input {shown(before)}, not {shown(now)}: "
+                "a released step is never drawn again"
+            )
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Exact integers as int64 when every one fits, else as Python ints (object)."""
+    if all(-(2**62) < int(v) < 2**62 for v in values.ravel()):
+        return values.astype(np.int64)
+    return values

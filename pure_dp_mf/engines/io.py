@@ -215,15 +215,16 @@ def _decode(line: bytes, *, number: int) -> str:
         raise InvalidInputError(f"line {number}: not UTF-8 text") from None
 
 
-def check_file(path: Path, reader: StepReader, *, horizon: int | None, skip: int = 0) -> int:
+def check_file(path: Path, reader: StepReader, *, horizon: int | None, skip: int = 0, first_step: int = 1) -> int:
     """Read a whole input file with ``reader`` before anything is released: the number of steps,
-    or the error of its first invalid line (``InvalidInputError``); more steps than ``horizon`` is
-    an error too."""
+    or the error of its first invalid line (``InvalidInputError``); more steps than ``horizon``
+    (the first line being step ``first_step``) is an error too, and fewer lines than ``skip``."""
     steps = 0
     with open(path, "rb") as stream:
         for first, batch in reader.batches(stream):
             steps += len(batch)
-            if horizon is not None and steps > horizon:
+            if horizon is not None and steps + first_step - 1 > horizon:
+                steps += first_step - 1
                 raise InvalidInputError(
                     f"line {first + len(batch) - (steps - horizon)}: more steps than the horizon {horizon} "
                     "(--extend goes on as an anytime counter)"

@@ -21,6 +21,13 @@ The privacy model (proofs in docs/privacy.md, "Keyed streams"):
 * **Event level** (``privacy_unit="event"``): neighbours differ in one event, which changes one
   key's input at one step by at most m; each key's counter is ε-DP for that, and the keys' counters
   use independent noise on disjoint data, so the whole release is ε-DP (parallel composition).
+* **Step** (``privacy_unit="step"``, one key only: a single stream given as event rows): neighbours
+  differ in the whole input of one step; the step's total is clipped to m (``PerStepBounder``
+  with every event one user's), so one step changes by ≤ m: the single-stream counter's unit.
+* **User-step** (``privacy_unit="user-step"``): neighbours differ in one user's events within one
+  step. ``PerStepBounder`` keeps, within each step, a user's first K keys, each (user, key) sum
+  clipped to m; one unit then changes at most K keys at one step by ≤ m each, so every key's
+  noise is scaled to Δ_step = K·m (the keys' losses add up to ε).
 * **User level** (``privacy_unit="user"``) with contribution bounds K keys and C steps per key:
   ``ContributionBounder`` keeps, online and per user, the user's first K keys and, per key, the
   first C distinct steps, and clips the user's sum at one (key, step) to m. A user then changes at
@@ -58,7 +65,13 @@ from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
 from pure_dp_mf.validation import check_epsilon, check_size
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
-PRIVACY_UNITS = ("event", "user")
+PRIVACY_UNITS = ("step", "event", "user-step", "user")
+UNIT_WORDS = {  # what one privacy unit is, in words (``str.format`` with m, K and C)
+    "step": "one step: its whole input, at most m = {m}",
+    "event": "one event, of value at most m = {m}",
+    "user-step": "one user's events within one step: at most K = {K} key(s), m = {m} each",
+    "user": "one user over the whole stream: at most K = {K} key(s), C = {C} steps per key, m = {m} each",
+}
 
 
 def check_keys(keys: Iterable[str]) -> list[str]:
@@ -126,6 +139,22 @@ class ContributionBounder:
     def restore_user(self, user: str, record: dict) -> None:
         """Continue one user's bounds from ``user_record`` (a stream engine's state store)."""
         self._keys[user] = {int(key): list(entry) for key, entry in record.items()}
+
+
+@dataclass
+class PerStepBounder(ContributionBounder):
+    """The bounds of the units "user-step" and "step": ``ContributionBounder``'s, restarted at
+    every step, so a user keeps, within each step, its first K keys, each (user, key) clipped to m
+    (for "step" every event is one user's: each key's step total is clipped to m). Events come in
+    step order, so only the current step's users are held."""
+
+    _step: int | None = None
+
+    def admit(self, user: str, key: int, step: int, value: int) -> int:
+        if step != self._step:
+            self._keys.clear()
+            self._step = step
+        return super().admit(user, key, step, value)
 
 
 class _KeyedState:
@@ -217,9 +246,14 @@ class KeyedCounters(_KeyedState):
             for n (or give ``mechanism``, a ``Mechanism`` for horizon n).
         metric: what the default choice minimises ("maxse" or "meanse").
         max_value: m, each event's value is an integer in [0, m].
-        privacy_unit: "event" or "user" (then ``max_keys`` K and ``max_per_key`` C are required).
+        privacy_unit: what one person's data is (``UNIT_WORDS``): "event" (each event ≤ m), "step"
+            (one stream only: a step's whole input, its total clipped to m), "user-step" (a user's
+            first K = ``max_keys`` keys in each step, each clipped to m; K = 1 by default with one
+            key) or "user" (``max_keys`` K and ``max_per_key`` C required).
         rng: the run's generator (default secure; ``NoiseGenerator.from_seed`` is NOT private).
         chunk: steps of noise computed ahead per key.
+        budget: the name of a budget (``engines.budget``) charged ε before the first release
+            (``BudgetError`` when it does not fit).
     """
 
     def __init__(
@@ -237,6 +271,7 @@ class KeyedCounters(_KeyedState):
         max_per_key: int | None = None,
         rng: NoiseGenerator | None = None,
         chunk: int = 256,
+        budget: str | None = None,
         _lineage: str | None = None,
     ) -> None:
         self.keys = check_keys(keys)
@@ -245,7 +280,7 @@ class KeyedCounters(_KeyedState):
         self.horizon = None if horizon is None else check_size(horizon, name="horizon")
         self.max_value = check_size(max_value, name="max_value")
         if privacy_unit not in PRIVACY_UNITS:
-            raise InvalidInputError(f"privacy unit must be event or user, got {privacy_unit!r}")
+            raise InvalidInputError(f"--privacy-unit must be one of {', '.join(PRIVACY_UNITS)}, got {privacy_unit!r}")
         self.privacy_unit = privacy_unit
         self.chunk = check_size(chunk, name="chunk")
         self.rng = rng if rng is not None else NoiseGenerator.secure()
@@ -259,30 +294,8 @@ class KeyedCounters(_KeyedState):
         self.base_file = self.mechanism.record.get("base")
         self.metric = metric
         self._keys_sha256 = hashlib.sha256(json.dumps(self.keys).encode()).hexdigest()
-        self.bounder: ContributionBounder | None = None
         anytime = self.mechanism.kind == "anytime"
-        step_sensitivity = self.max_value
-        sensitivity: Fraction | None = None
-        if privacy_unit == "user":
-            if max_keys is None or max_per_key is None:
-                raise InvalidInputError("user-level privacy needs --max-keys and --max-per-key")
-            if self.mechanism.kind not in ("lifted", "anytime"):
-                raise InvalidInputError(
-                    f"user-level bounds need the column norms of a lifted base, not a {self.mechanism.kind} tree"
-                )
-            self.max_keys = check_size(max_keys, name="max_keys")
-            self.max_per_key = check_size(max_per_key, name="max_per_key")
-            if anytime:  # each segment at K·m·C times its largest column norm: the losses add up to ε
-                step_sensitivity = self.max_keys * self.max_value * self.max_per_key
-            else:
-                assert self.horizon is not None
-                norms = _column_norms(self.mechanism, self.horizon)
-                sensitivity = user_sensitivity(
-                    norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=self.max_value
-                )
-            self.bounder = ContributionBounder(self.max_keys, self.max_per_key, self.max_value)
-        elif max_keys is not None or max_per_key is not None:
-            raise InvalidInputError("--max-keys and --max-per-key are for --privacy-unit user")
+        step_sensitivity, sensitivity = self._bounds(max_keys=max_keys, max_per_key=max_per_key, anytime=anytime)
         generators = [self.rng.child(key) for key in self.keys]
         if anytime:  # Δ of segment s is Δ_step·Δ_s; ``sensitivity`` records Δ_step
             self.sensitivity = Fraction(step_sensitivity)
@@ -306,6 +319,55 @@ class KeyedCounters(_KeyedState):
         self.closed = False
         self._noise_start, self._noise = 0, np.zeros((len(self.keys), 0), dtype=np.int64)
         self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
+        if budget is not None:  # before any release; once per lineage (a resumed run is not charged twice)
+            from pure_dp_mf.engines.budget import charge_counter
+
+            what = (
+                f"keyed counts of {len(self.keys)} key(s), {self.mechanism.name}, unit: {self.summary()['privacy_unit_meaning']}"
+            )
+            charge_counter(budget=budget, epsilon=self.epsilon, lineage=self.lineage, what=what)
+
+    def _bounds(self, *, max_keys: int | None, max_per_key: int | None, anytime: bool) -> tuple[int, Fraction | None]:
+        """The contribution bounds of the privacy unit (``self.bounder``) and the noise's
+        sensitivity: (Δ_step, None) when every key's noise is Δ_step times the mechanism's
+        (one unit changes each key at one step by ≤ Δ_step: "step" m with one key, "event" m,
+        "user-step" K·m; the anytime "user" K·m·C), or (_, Δ) with Δ the exact "user" sensitivity
+        K·m·(sum of the C largest column norms) of a lifted base (docs/privacy.md, "Keyed streams")."""
+        unit, m = self.privacy_unit, self.max_value
+        self.bounder = None
+        flags = {"user": ("--max-keys", "--max-per-key"), "user-step": ("--max-keys",)}.get(unit, ())
+        if max_keys is not None and "--max-keys" not in flags:
+            raise InvalidInputError("--max-keys is for --privacy-unit user or user-step")
+        if max_per_key is not None and "--max-per-key" not in flags:
+            raise InvalidInputError("--max-per-key is for --privacy-unit user")
+        if unit == "step":
+            if len(self.keys) != 1:
+                raise InvalidInputError(
+                    "--privacy-unit step protects a whole step, every key at once: it is for one stream; "
+                    "keyed counts protect an event, a user-step or a user"
+                )
+            self.bounder = PerStepBounder(1, 1, m)
+            return m, None
+        if unit == "event":
+            return m, None
+        if unit == "user-step":
+            if max_keys is None and len(self.keys) > 1:
+                raise InvalidInputError("--privacy-unit user-step with several keys needs --max-keys K (keys per user and step)")
+            self.max_keys = check_size(1 if max_keys is None else max_keys, name="max_keys")
+            self.bounder = PerStepBounder(self.max_keys, 1, m)
+            return self.max_keys * m, None
+        if max_keys is None or max_per_key is None:
+            raise InvalidInputError("--privacy-unit user needs --max-keys and --max-per-key")
+        if self.mechanism.kind not in ("lifted", "anytime"):
+            raise InvalidInputError(f"user-level bounds need the column norms of a lifted base, not a {self.mechanism.kind} tree")
+        self.max_keys = check_size(max_keys, name="max_keys")
+        self.max_per_key = check_size(max_per_key, name="max_per_key")
+        self.bounder = ContributionBounder(self.max_keys, self.max_per_key, m)
+        if anytime:  # each segment at K·m·C times its largest column norm: the losses add up to ε
+            return self.max_keys * m * self.max_per_key, None
+        assert self.horizon is not None
+        norms = _column_norms(self.mechanism, self.horizon)
+        return m, user_sensitivity(norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=m)
 
     @property
     def dropped(self) -> dict:
@@ -324,8 +386,13 @@ class KeyedCounters(_KeyedState):
             "sensitivity": None if self.horizon is None else float(self.sensitivity),
             "seeded": self.rng.seeded,
         }
-        if self.bounder is not None:
-            record.update(max_keys=self.max_keys, max_per_key=self.max_per_key)
+        record["privacy_unit_meaning"] = UNIT_WORDS[self.privacy_unit].format(
+            m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
+        )
+        if self.privacy_unit in ("user", "user-step"):
+            record["max_keys"] = self.max_keys
+        if self.privacy_unit == "user":
+            record["max_per_key"] = self.max_per_key
         return record
 
     def _noise_of(self, start: int, stop: int) -> np.ndarray:
@@ -392,11 +459,12 @@ class KeyedCounters(_KeyedState):
         """(std per step, lower, upper) of released ``counts``: shape (keys,) for the one 0-based
         step ``start``, or (keys, steps) for the steps start, start + 1, …. The interval is the
         guaranteed (1 − β) one cut below at 0 only, as a key's true count is ≥ 0 but has no upper
-        bound per step (many events per step)."""
+        bound per step (many events per step), and never cut past the released count: the
+        interval always holds its count (a count below 0 is its own lower end)."""
         counts = np.asarray(counts)
         bars = self.bars(start, start + (counts.shape[-1] if counts.ndim > 1 else 1), beta=beta)
         half = np.floor(bars.half_width if counts.ndim > 1 else bars.half_width[0]).astype(np.int64)
-        lower = np.maximum(counts - half, 0)
+        lower = np.minimum(np.maximum(counts - half, 0), counts)
         upper = counts + half
         return bars.std, lower, upper
 
@@ -409,8 +477,10 @@ class KeyedCounters(_KeyedState):
         if not 0 <= value <= self.max_value:
             raise InvalidInputError(f"value {value} is outside [0, {self.max_value}]")
         if self.bounder is not None:
-            if user is None:
-                raise InvalidInputError("user-level privacy needs the user of every event")
+            if self.privacy_unit == "step":
+                user = ""  # a step's whole input is one unit
+            elif user is None:
+                raise InvalidInputError(f"--privacy-unit {self.privacy_unit} needs the user of every event (--user-column)")
             value = self.bounder.admit(user, index, step, value)
         return index, value
 

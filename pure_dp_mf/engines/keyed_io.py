@@ -27,11 +27,14 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
@@ -64,7 +67,9 @@ def _pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise InvalidInputError("Parquet needs pyarrow: pip install 'pure-dp-mf[parquet]' (or pip install pyarrow)") from None
+        raise InvalidInputError(
+            "Parquet needs pyarrow: pip install -e '.[parquet]' in a checkout of pure-dp-mf (or pip install pyarrow)"
+        ) from None
     return pyarrow
 
 
@@ -77,24 +82,26 @@ class EventReader:
         self,
         *,
         keys: list[str],
-        key_column: str,
+        key_column: str | None,
         step_column: str,
         value_column: str | None,
         user_column: str | None,
         through: int,
         max_value: int,
         policy: str,
+        calendar: Calendar | None = None,
     ) -> None:
         if policy not in INVALID_POLICIES:
             raise InvalidInputError(f"--invalid must be one of {', '.join(INVALID_POLICIES)}, got {policy!r}")
         self.keys = set(keys)
+        self.only_key = keys[0] if key_column is None and len(keys) == 1 else None  # one stream of event rows
         self.columns = {
             "--key-column": key_column,
             "--step-column": step_column,
             "--column": value_column,
             "--user-column": user_column,
         }
-        self.through, self.max_value, self.policy = through, max_value, policy
+        self.through, self.max_value, self.policy, self.calendar = through, max_value, policy, calendar
         self.dropped = 0
         self.invalid = 0
 
@@ -138,12 +145,12 @@ class EventReader:
         """One row's event, None when dropped (unseen or by the policy)."""
         if len(row) != len(positions) and len(row) < max(positions.values()) + 1:
             return self._invalid(f"line {number}: {len(row)} field(s), fewer than the header's")
-        key = row[positions["--key-column"]].strip()
+        key = row[positions["--key-column"]].strip() if "--key-column" in positions else self.only_key
         if key not in self.keys:
             self.dropped += 1
             return None
         try:
-            step = parse_integer(row[positions["--step-column"]], what=f"line {number}: --step-column")
+            step = self._step(row[positions["--step-column"]], number)
         except InvalidInputError as error:
             return self._invalid(str(error))
         if not 1 <= step <= self.through:
@@ -163,6 +170,18 @@ class EventReader:
                 return self._invalid(f"line {number}: value {value} is outside [0, {self.max_value}] (--max-value)")
         user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
         return KeyedEvent(key=key, step=step, value=value, user=user)
+
+    def _step(self, text: str, number: int) -> int:
+        """The 1-based step of a row: its integer step, or with a calendar its date's step."""
+        what = f"line {number}: --step-column {self.columns['--step-column']!r}"
+        if self.calendar is not None:
+            return self.calendar.step_of(text, what=what)
+        try:
+            return parse_integer(text, what=what)
+        except InvalidInputError as error:
+            if "-" in text or ":" in text:
+                raise InvalidInputError(f"{error} (dates and timestamps need --start and --step-size)") from None
+            raise
 
     def _invalid(self, message: str) -> KeyedEvent | None:
         """None (the event dropped, counted), or the error of policy "refuse" or "stop"."""
@@ -195,33 +214,55 @@ def csv_field(text: str) -> str:
     return text
 
 
-def render_rows(keys: list[str], output_format: str):
-    """rows(step, counts, std, lower, upper) → the text of one step's rows."""
+@dataclass(frozen=True)
+class Layout:
+    """The columns of a keyed output: ``key`` (left out for a single stream given as event rows),
+    ``step``, ``date`` (the period's start, with a calendar), count, std, lower, upper."""
 
-    def rows(step: int, counts, std: float, lower, upper) -> str:
-        records = zip(keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
+    keys: list[str]
+    show_keys: bool = True
+    calendar: Calendar | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        head = ("key",) if self.show_keys else ()
+        return head + ("step",) + (("date",) if self.calendar is not None else ()) + ("count", "std", "lower", "upper")
+
+    def text(self, output_format: str, step: int, counts, std: float, lower, upper) -> str:
+        """The text of one step's rows (csv or jsonl)."""
+        records = zip(self.keys, counts.tolist(), lower.tolist(), upper.tolist(), strict=True)
         if output_format == "csv":
-            return "".join(f"{csv_field(key)},{step},{c},{std:.6g},{lo},{hi}\n" for key, c, lo, hi in records)
+            middle = f"{step},{self.calendar.period(step)}" if self.calendar is not None else f"{step}"
+            lead = (lambda key: csv_field(key) + ",") if self.show_keys else (lambda key: "")
+            return "".join(f"{lead(key)}{middle},{c},{std:.6g},{lo},{hi}\n" for key, c, lo, hi in records)
+        fixed = {"step": step} | ({"date": self.calendar.period(step)} if self.calendar is not None else {})
         return "".join(
-            json.dumps({"key": key, "step": step, "count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi}) + "\n"
+            json.dumps(
+                ({"key": key} if self.show_keys else {})
+                | fixed
+                | {"count": c, "std": float(f"{std:.6g}"), "lower": lo, "upper": hi}
+            )
+            + "\n"
             for key, c, lo, hi in records
         )
 
-    return rows
+    def schema(self, summary: dict):
+        """The Parquet columns; the summary in the key-value metadata."""
+        pyarrow = _pyarrow()
+        kinds = {"key": pyarrow.string(), "date": pyarrow.string(), "std": pyarrow.float64()}
+        fields = [(name, kinds.get(name, pyarrow.int64())) for name in self.columns]
+        return pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
 
-
-def step_schema(summary: dict):
-    """The columns key, step, count, std, lower, upper; the summary in the key-value metadata."""
-    pyarrow = _pyarrow()
-    fields = [("key", pyarrow.string()), ("step", pyarrow.int64()), ("count", pyarrow.int64())]
-    fields += [("std", pyarrow.float64()), ("lower", pyarrow.int64()), ("upper", pyarrow.int64())]
-    return pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
-
-
-def step_table(*, step: int, counts, std: float, lower, upper, keys: list[str], summary: dict):
-    pyarrow = _pyarrow()
-    columns = [keys, [step] * len(keys), counts.tolist(), [std] * len(keys), lower.tolist(), upper.tolist()]
-    return pyarrow.Table.from_arrays([pyarrow.array(c) for c in columns], schema=step_schema(summary))
+    def table(self, *, step: int, counts, std: float, lower, upper, summary: dict):
+        """One step's rows as a Parquet table."""
+        pyarrow = _pyarrow()
+        n = len(self.keys)
+        values = {"key": self.keys, "step": [step] * n, "count": counts.tolist(), "std": [std] * n}
+        values |= {"lower": lower.tolist(), "upper": upper.tolist()}
+        if self.calendar is not None:
+            values["date"] = [self.calendar.period(step)] * n
+        arrays = [pyarrow.array(values[name]) for name in self.columns]
+        return pyarrow.Table.from_arrays(arrays, schema=self.schema(summary))
 
 
 def write_step_file(folder: Path, *, step: int, table) -> None:
@@ -239,7 +280,15 @@ class KeyedSink:
     crash from the state (the last released step, kept there: the same values, no new noise)."""
 
     def __init__(
-        self, *, counters: KeyedCounters, output: Path | None, output_format: str, summary: dict, beta: float, resumed: bool
+        self,
+        *,
+        counters: KeyedCounters,
+        output: Path | None,
+        output_format: str,
+        summary: dict,
+        beta: float,
+        resumed: bool,
+        layout: Layout | None = None,
     ):
         if output_format not in KEYED_FORMATS:
             raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
@@ -248,7 +297,8 @@ class KeyedSink:
         self.counters, self.output, self.format, self.summary, self.beta = counters, output, output_format, summary, beta
         self.keys = counters.keys
         self.folder = output_format == "parquet" and counters.journal is not None
-        self.render = render_rows(self.keys, output_format)
+        self.layout = layout if layout is not None else Layout(keys=self.keys)
+        self.render = partial(self.layout.text, output_format)
         self.durable = output is not None and counters.journal is not None
         self._writer = None
         self._stream: IO[str] | None = None
@@ -275,7 +325,7 @@ class KeyedSink:
             self._complete_folder()
         elif self.format == "parquet":
             assert output is not None
-            self._writer = _pyarrow().parquet.ParquetWriter(output, step_schema(self.summary))
+            self._writer = _pyarrow().parquet.ParquetWriter(output, self.layout.schema(self.summary))
         elif output is None:
             self._stream = sys.stdout
             if not resumed:
@@ -287,7 +337,7 @@ class KeyedSink:
 
     def _header(self) -> str:
         if self.format == "csv":
-            return ",".join(COLUMNS) + "\n"
+            return ",".join(self.layout.columns) + "\n"
         return json.dumps({"header": self.summary}, ensure_ascii=False, sort_keys=True) + "\n"
 
     def _completed_text(self, output: Path) -> IO[str]:
@@ -324,9 +374,7 @@ class KeyedSink:
             )
         if steps < released:
             counts, std, lower, upper = self.counters.step_rows(released, beta=self.beta)
-            table = step_table(
-                step=released, counts=counts, std=std, lower=lower, upper=upper, keys=self.keys, summary=self.summary
-            )
+            table = self.layout.table(step=released, counts=counts, std=std, lower=lower, upper=upper, summary=self.summary)
             write_step_file(folder, step=released, table=table)
 
     def write(self, step: int, counts: np.ndarray, std: float, lower: np.ndarray, upper: np.ndarray) -> None:
@@ -337,7 +385,7 @@ class KeyedSink:
                 if self.durable:
                     os.fsync(self._stream.fileno())
                 return
-            table = step_table(step=step, counts=counts, std=std, lower=lower, upper=upper, keys=self.keys, summary=self.summary)
+            table = self.layout.table(step=step, counts=counts, std=std, lower=lower, upper=upper, summary=self.summary)
             if self.folder:
                 assert self.output is not None
                 write_step_file(self.output, step=step, table=table)
@@ -362,13 +410,51 @@ def run_keyed_file(
     through: int,
     beta: float,
 ) -> None:
-    """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``)."""
+    """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``),
+    with a progress bar over the public schedule on a terminal (``schedule_progress``)."""
+    progress = schedule_progress(through=through, released=counters.released, rows_on_terminal=sink.output is None)
     try:
+        if progress is not None:
+            progress.start()
         for released in run_keyed(counters, reader.events(source), beta=beta, through=through):
             sink.write(*released)
+            if progress is not None:
+                progress.update(progress.task_ids[0], completed=released[0])
     finally:
+        if progress is not None:
+            progress.stop()
         sink.close()
         counters.close()
+
+
+def schedule_progress(*, through: int, released: int, rows_on_terminal: bool):
+    """A rich progress bar on standard error, over the public schedule (steps released of
+    ``through``, from ``released`` for a resumed run), or None: shown only when standard error is
+    a terminal and the rows do not go to that terminal too. It counts public steps only, never
+    anything about the data."""
+
+    def terminal(stream) -> bool:
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError):
+            return False
+
+    if not terminal(sys.stderr) or (rows_on_terminal and terminal(sys.stdout)):
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("steps released"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+    progress.add_task("steps", total=through, completed=released)
+    return progress
 
 
 def check_events(source: Path | None, reader: EventReader) -> None:

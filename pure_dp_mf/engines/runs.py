@@ -57,15 +57,23 @@ def run_stream(
     output: Path | None,
     output_format: str,
     summary: dict,
+    first_step: int | None = None,
 ) -> RunReport:
     """Release every step of ``source`` (a file, or standard input when None) into ``output``
-    (standard output when None) in ``output_format`` (module docstring)."""
+    (standard output when None) in ``output_format`` (module docstring). The first line is step
+    ``first_step`` (default: a file's first line is step 1, standard input's the next step); lines
+    of steps already released must repeat their inputs (``Counter.release``): their stored
+    releases are written again to standard output, and a file output, which holds them, is left as
+    it is."""
     check_output_options(
         output_format=output_format, dimension=counter.counter.dimension, beta=counter.beta, invalid=reader.policy
     )
-    resumed, skip = counter.resumed, counter.released if source is not None else 0
+    resumed = counter.resumed
+    step = first_step if first_step is not None else (1 if source is not None else counter.released + 1)
+    if not 1 <= step <= counter.released + 1:
+        raise InvalidInputError(f"--first-step {step}: the next step is {counter.released + 1} (steps have no gaps)")
     if source is not None and reader.policy == "refuse":
-        io.check_file(source, reader, horizon=counter.counter.horizon, skip=skip)  # nothing released before this
+        io.check_file(source, reader, horizon=counter.counter.horizon, skip=counter.released - step + 1, first_step=step)
     render = io.renderer(output_format, dimension=counter.counter.dimension)
     header = io.header_text(output_format, summary)
     sink = _open_sink(counter, output=output, output_format=output_format, render=render, header=header, summary=summary)
@@ -74,21 +82,21 @@ def run_stream(
     released = 0
     try:
         for first, batch in reader.batches(stream):
-            used = min(skip, len(batch))  # lines of a file already counted before the restart
-            batch, skip = batch[used:], skip - used
-            if not len(batch):
-                continue
             horizon = counter.counter.horizon
-            if horizon is not None and counter.released + len(batch) > horizon:
+            if horizon is not None and step + len(batch) - 1 > horizon:
                 raise InvalidInputError(
-                    f"line {first + used + horizon - counter.released}: more steps than the horizon {horizon} "
+                    f"line {first + horizon - step + 1}: more steps than the horizon {horizon} "
                     "(--extend goes on as an anytime counter)"
                 )
-            start = counter.released
-            done = counter.release(batch)
-            _write(sink, render(start, done.columns()), durable=durable, path=output)
-            released += len(batch)
-        if skip:
+            before = counter.released
+            done = counter.release(batch, first_step=step)
+            fresh = counter.released - before
+            shown = done if output is None else done.last(fresh)
+            if len(shown.steps):
+                _write(sink, render(int(shown.steps[0]) - 1, shown.columns()), durable=durable, path=output)
+            released += fresh
+            step += len(batch)
+        if source is not None and step <= counter.released:
             raise InvalidInputError(f"{source} has fewer lines than the {counter.released} steps already released")
     finally:
         if source is not None:
@@ -125,31 +133,13 @@ def _open_sink(
 
 
 def _kept_columns(counter: Counter):
-    """The output columns of kept rows [inputs (d), released (d) (monotone: processed, raw)]: the
-    same values as when they were released (the error bars are a function of the step)."""
-    import numpy as np
-
-    inner = counter.counter
-    d = inner.dimension
+    """The output columns of kept rows: the releases of the last ``len(rows)`` released steps read
+    back from the state (``Counter.releases``: the same values as when they were released)."""
 
     def columns(rows: list) -> dict:
-        array = np.array([[int(v) for v in row] for row in rows], dtype=object)
-        counts = array[:, d] if d == 1 else array[:, d : 2 * d]
-        first = inner.released - len(rows)
-        if d != 1:
-            return {"counts": counts.astype(np.int64) if _small(counts) else counts}
-        centres = array[:, d + 1] if inner.monotone else counts
-        bars = inner.bars(first, first + len(rows), beta=counter.beta)
-        lower, upper = bars.bounds(
-            centres.astype(np.int64) if _small(centres) else centres, first_step=first, max_value=inner.max_value
-        )
-        return {"counts": counts, "std": bars.std, "lower": lower, "upper": upper}
+        return counter.releases(first_step=counter.released - len(rows) + 1).columns()
 
     return columns
-
-
-def _small(values) -> bool:
-    return all(-(2**62) < int(v) < 2**62 for v in values.ravel())
 
 
 def _write(sink: IO[str], text: str, *, durable: bool, path: Path | None) -> None:
@@ -171,7 +161,7 @@ def describe(counter: Counter) -> str:
     chosen = f", best for {inner.mechanism_metric}" if inner.mechanism_metric else ""
     certified = " (certified)" if summary.get("certificate") else ""
     where = f"at horizon {inner.horizon}" if inner.horizon is not None else "without a horizon"
-    line = f"mechanism: {summary['mechanism']}{certified}{chosen} {where}, ε = {inner.epsilon:g}"
+    line = f"mechanism: {summary['mechanism']}{certified}{chosen} {where}, ε = {inner.epsilon:g} per step's whole value (≤ {inner.max_value})"
     if expected:
         line += (
             f": MaxSE {expected['max_se']:.6g} (std ≤ {expected['max_se'] ** 0.5:.4g}), "
@@ -180,6 +170,10 @@ def describe(counter: Counter) -> str:
     return line
 
 
-def metadata(counter: Counter, *, beta: float, policy: str, privacy_unit: str) -> dict:
-    """The run's metadata for headers and sidecars: what runs, and the policy on invalid input."""
-    return json.loads(json.dumps({**counter.summary, "beta": beta, "invalid": policy, "privacy_unit": privacy_unit}, default=str))
+def metadata(counter: Counter, *, beta: float, policy: str) -> dict:
+    """The run's metadata for headers and sidecars: what runs, its privacy unit (one step's
+    whole value, at most m), and the policy on invalid input."""
+    from pure_dp_mf.engines.keyed import UNIT_WORDS
+
+    unit = {"privacy_unit": "step", "privacy_unit_meaning": UNIT_WORDS["step"].format(m=counter.counter.max_value)}
+    return json.loads(json.dumps({**counter.summary, **unit, "beta": beta, "invalid": policy}, default=str))

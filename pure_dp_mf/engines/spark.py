@@ -1,4 +1,5 @@
-"""Keyed private running counts on Apache Spark (the optional extra ``pure-dp-mf[spark]``):
+"""Keyed private running counts on Apache Spark (the optional extra ``spark``: ``pip install -e '.[spark]'``
+in a checkout, and Java 17):
 batch (``private_running_counts``) and Structured Streaming (``private_running_counts_stream``).
 
 ``private_running_counts(events, keys=…, epsilon=…, horizon=…)`` takes a DataFrame of events and
@@ -593,25 +594,63 @@ def _warn_seeded() -> None:
     LOG.warning(message)
 
 
-def local_session(app_name: str = "pure-dp-mf"):
-    """A SparkSession on ``PURE_DP_MF_SPARK_MASTER`` (default local[2]) whose Python workers run
-    this interpreter (``PYSPARK_PYTHON``, so that they find this package); a missing PySpark or
-    Java is one ``InvalidInputError``."""
+SPARK_INSTALL = "pip install -e '.[spark]' in a checkout of pure-dp-mf (the spark extra: PySpark 4.3, pandas, pyarrow)"
+JAVA_INSTALL = "install a JDK 17 (e.g. apt-get install openjdk-17-jre-headless) and put its java on the PATH or set JAVA_HOME"
+
+
+def _java_problem() -> str | None:
+    """Why the JVM cannot start, checked before Spark tries (None when a java is found): JAVA_HOME
+    without bin/java, or neither JAVA_HOME nor java on the PATH."""
     import os
     import shutil
+    from pathlib import Path
+
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = Path(home) / "bin" / "java"
+        if not (java.is_file() and os.access(java, os.X_OK)):
+            return f"JAVA_HOME={home} has no executable bin/java"
+        return None
+    if shutil.which("java") is None:
+        return "java not found on PATH and JAVA_HOME unset"
+    return None
+
+
+def local_session(app_name: str = "pure-dp-mf"):
+    """A SparkSession on ``PURE_DP_MF_SPARK_MASTER`` (default local[2]) whose Python workers run
+    this interpreter: ``PYSPARK_PYTHON`` (and ``PYSPARK_DRIVER_PYTHON``) set to ``sys.executable``
+    when unset, so that the workers import this package. A missing PySpark, a missing Java and a
+    JVM that fails to start are each one ``InvalidInputError`` line."""
+    import os
     import sys
 
     try:
+        from pyspark.errors import PySparkRuntimeError
         from pyspark.sql import SparkSession
     except ImportError:
+        raise InvalidInputError(f"--engine spark needs PySpark, not installed in {sys.executable}: {SPARK_INSTALL}") from None
+    problem = _java_problem()
+    if problem is not None:
+        raise InvalidInputError(f"Spark needs Java 17 ({problem}): {JAVA_INSTALL}")
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]")).appName(app_name)
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as error:  # JAVA_GATEWAY_EXITED: the JVM did not start
+        if not str(error.getCondition() or "").startswith("JAVA_GATEWAY"):
+            raise
         raise InvalidInputError(
-            "--engine spark needs PySpark: pip install 'pure-dp-mf[spark]' (from a checkout: pip install '.[spark]')"
+            f"Spark needs Java 17: the JVM did not start ({_one_line(error)}); check that java -version says 17 or later, "
+            f"or {JAVA_INSTALL}"
         ) from None
-    if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
-        raise InvalidInputError("--engine spark needs Java 17 (java on the PATH or JAVA_HOME set)")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    return SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]")).appName(app_name).getOrCreate()
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception's message on one line, at most 200 characters."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def count_file_on_spark(

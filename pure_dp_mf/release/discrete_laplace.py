@@ -38,9 +38,10 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import struct
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -209,7 +210,9 @@ class WordStream:
     """Random bytes and 64-bit words of one noise block: chunk c is SHAKE-256(domain ‖ key ‖ index
     (16 bytes) ‖ c (8 bytes)), chunks in order; ``words(m)`` reads the next 8·m bytes as
     little-endian uint64, ``octets(m)`` the next m bytes. A deterministic function of (key, index)
-    and the sequence of requests."""
+    and the sequence of requests: a request of ``size`` bytes that the buffer cannot serve appends
+    one chunk of max(2^14, size − unread) bytes to the unread rest (so the chunk lengths, hence
+    the bytes, depend on the request sizes, and a reader must make the same requests)."""
 
     def __init__(self, *, key: bytes, index: int) -> None:
         if not isinstance(key, bytes | bytearray) or len(key) < 16:
@@ -221,10 +224,12 @@ class WordStream:
         self._buffer = b""
         self._position = 0
 
-    def _take(self, size: int) -> bytes:
+    def _advance(self, size: int) -> int:
+        """Consume the next ``size`` bytes (refilling as the class docstring says) and return their
+        offset in ``self._buffer``, which holds them until the next refill replaces it."""
         if self._position + size > len(self._buffer):
             rest = self._buffer[self._position :]
-            parts = [rest]
+            parts = [rest] if rest else []
             available = len(rest)
             while available < size:
                 hasher = self._prefix.copy()
@@ -233,10 +238,24 @@ class WordStream:
                 parts.append(fresh)
                 available += len(fresh)
                 self._chunk += 1
-            self._buffer, self._position = b"".join(parts), 0
-        out = self._buffer[self._position : self._position + size]
+            self._buffer, self._position = parts[0] if len(parts) == 1 else b"".join(parts), 0
+        start = self._position
         self._position += size
-        return out
+        return start
+
+    def _take(self, size: int) -> bytes:
+        start = self._advance(size)
+        return self._buffer[start : start + size]
+
+    def word_view(self, count: int) -> np.ndarray:
+        """``words(count)`` as a read-only view of the buffer (no copy); count ≥ 1."""
+        start = self._advance(8 * count)  # before reading self._buffer: a refill replaces it
+        return np.frombuffer(self._buffer, dtype="<u8", count=count, offset=start)
+
+    def octet_view(self, count: int) -> np.ndarray:
+        """``octets(count)`` as a read-only view of the buffer (no copy); count ≥ 1."""
+        start = self._advance(count)
+        return np.frombuffer(self._buffer, dtype=np.uint8, count=count, offset=start)
 
     def words(self, count: int) -> np.ndarray:
         return np.frombuffer(self._take(8 * count), dtype="<u8").astype(np.uint64)
@@ -252,20 +271,90 @@ def uniform_below(m: int, size: int, stream: WordStream) -> np.ndarray:
     are read in entry order, round by round."""
     if not 1 <= m < VECTOR_LIMIT:
         raise InvalidInputError(f"a vectorised uniform draw needs 1 <= m < 2^62, got {m}")
-    out = np.zeros(size, dtype=np.int64)
+    return _below(m, size, stream).astype(np.int64, copy=False)
+
+
+def _below(m: int, size: int, stream: WordStream) -> np.ndarray:
+    """``uniform_below(m, size, stream)`` (1 ≤ m < 2^62, unchecked) with the same reads and values,
+    as uint8 when w ≤ 8 and as int64 otherwise (the top w ≤ 62 bits of a word fit in int64, so
+    the uint64 result is reinterpreted in place: an integer comparison stays exact, never a float
+    one). The first round runs on whole arrays (the candidates are the result wherever they are
+    < m; when m = 2^w every candidate is < m and nothing is rejected). The entries still pending
+    after a round are a fresh draw below m of their own, in entry order (the rounds read in entry
+    order): once there are at most ``_SMALL`` of them, ``_below_small`` finishes them."""
     width = (m - 1).bit_length()
-    if width == 0:  # m = 1: always 0
-        return out
-    pending = np.arange(size)
-    while pending.size:
-        if width <= 8:  # one byte per entry: its top w bits
-            candidates = (stream.octets(pending.size) >> np.uint8(8 - width)).astype(np.int64)
-        else:  # one word per entry: its top w bits (w ≤ 62, so they fit in int64)
-            candidates = (stream.words(pending.size) >> np.uint64(64 - width)).astype(np.int64)
-        accepted = candidates < m
-        out[pending[accepted]] = candidates[accepted]
-        pending = pending[~accepted]
+    if width == 0 or size == 0:  # m = 1: always 0, nothing read
+        return np.zeros(size, dtype=np.uint8)
+    shift: np.unsignedinteger
+    view: Any  # np.uint8 or np.int64
+    if width <= 8:  # one byte per entry: its top w bits
+        read, shift, view = stream.octet_view, np.uint8(8 - width), np.uint8
+    else:  # one word per entry: its top w bits (w ≤ 62, so they fit in int64)
+        read, shift, view = stream.word_view, np.uint64(64 - width), np.int64
+    if m == 1 << width:  # every candidate is < m: one round
+        return (read(size) >> shift).view(view)
+    if size <= _SMALL:
+        return np.array(_below_small(m, size, stream), dtype=view)
+    out = (read(size) >> shift).view(view)
+    pending = (out >= m).nonzero()[0]
+    while pending.size > _SMALL:  # index arrays and take: faster here than boolean masks
+        candidates = (read(pending.size) >> shift).view(view)
+        kept = candidates < m
+        accepted = kept.nonzero()[0]
+        out[pending.take(accepted)] = candidates.take(accepted)
+        pending = pending.take((~kept).nonzero()[0])
+    if pending.size:
+        out[pending] = _below_small(m, pending.size, stream)
     return out
+
+
+_SMALL = 64
+"""Draws for at most this many entries run on Python integers (``_below_small`` and the chains
+built on it): the same reads and values, without the fixed cost of a dozen array operations."""
+
+
+def _below_small(m: int, size: int, stream: WordStream) -> list[int]:
+    """``uniform_below(m, size, stream)`` as Python integers: the same rounds (one request of a
+    byte or a word per pending entry, entries in order), the same values."""
+    width = (m - 1).bit_length()
+    if width == 0 or size == 0:
+        return [0] * size
+    code, item, shift = ("B", 1, 8 - width) if width <= 8 else ("Q", 8, 64 - width)
+    start = stream._advance(item * size)  # before reading stream._buffer: a refill replaces it
+    out = [value >> shift for value in struct.unpack_from(f"<{size}{code}", stream._buffer, start)]
+    pending = [entry for entry, value in enumerate(out) if value >= m]
+    while pending:
+        start = stream._advance(item * len(pending))
+        rejected = []
+        for entry, value in zip(pending, struct.unpack_from(f"<{len(pending)}{code}", stream._buffer, start), strict=True):
+            if value >> shift < m:
+                out[entry] = value >> shift
+            else:
+                rejected.append(entry)
+        pending = rejected
+    return out
+
+
+def _below_is_zero(m: int, size: int, stream: WordStream) -> np.ndarray:
+    """``_below(m, size, stream) == 0`` (m ≥ 2), the same reads: for m ≤ 256 decided on the bytes
+    themselves, as the top w = (m − 1).bit_length() bits of a byte b are 0 exactly when b < 2^(8−w)
+    and are ≥ m (rejected: the entry reads again next round) exactly when b ≥ m·2^(8−w)."""
+    if m > 256:
+        return _below(m, size, stream) == 0
+    width = (m - 1).bit_length()
+    low, high = 1 << (8 - width), m << (8 - width)
+    octets = stream.octet_view(size)
+    zero = octets < low
+    if high == 256:  # m = 2^w: nothing is rejected
+        return zero
+    pending = (octets >= high).nonzero()[0]
+    while pending.size > _SMALL:
+        octets = stream.octet_view(pending.size)
+        zero[pending.take((octets < low).nonzero()[0])] = True
+        pending = pending.take((octets >= high).nonzero()[0])
+    if pending.size:
+        zero[pending] = [value == 0 for value in _below_small(m, pending.size, stream)]
+    return zero
 
 
 def _bernoulli_exp_minus_block(numerators: np.ndarray | None, t: int, size: int, stream: WordStream) -> np.ndarray:
@@ -273,22 +362,83 @@ def _bernoulli_exp_minus_block(numerators: np.ndarray | None, t: int, size: int,
     e^{−1}), by Canonne–Kamath–Steinke's Algorithm 1 as in ``_bernoulli_exp_minus_unit``: the first
     K with A_K = 0 is odd, A_K ~ Bernoulli(u/(t·K)) drawn as below(t·K) < u (one word), or as
     [below(K) = 0]·[below(t) < u] (two independent draws) once t·K reaches 2^62; for u = t,
-    A_K = [below(K) = 0]."""
-    result = np.zeros(size, dtype=bool)
-    active = np.arange(size)
-    k = 1
-    while active.size:
+    A_K = [below(K) = 0] (A_1 = 1 with nothing read, as below(1) reads nothing). Every comparison
+    is between integers (int64 or uint8). The entries still active at some K are a fresh chain from
+    that K: once there are at most ``_SMALL`` of them, ``_bernoulli_small`` finishes them."""
+    if size <= _SMALL:
+        listed = None if numerators is None else numerators.tolist()
+        return np.array(_bernoulli_small(listed, t, 1, size, stream), dtype=bool)
+    if numerators is None:  # K = 1: below(1) = 0 always, nothing read
+        result, active = np.zeros(size, dtype=bool), np.arange(size)
+    else:  # K = 1 on the whole array: a first 0 here is odd
+        result = _below(t, size, stream) >= numerators
+        active = (~result).nonzero()[0]
+    k = 2
+    while active.size > _SMALL:
         if numerators is None:
-            success = uniform_below(k, active.size, stream) == 0
+            success = _below_is_zero(k, active.size, stream)
         elif t * k < VECTOR_LIMIT:
-            success = uniform_below(t * k, active.size, stream) < numerators[active]
+            success = _below(t * k, active.size, stream) < numerators.take(active)
         else:
-            first = uniform_below(k, active.size, stream) == 0
-            success = first & (uniform_below(t, active.size, stream) < numerators[active])
-        result[active[~success]] = k % 2 == 1
-        active = active[success]
+            first = _below_is_zero(k, active.size, stream)
+            success = first & (_below(t, active.size, stream) < numerators.take(active))
+        if k % 2 == 1:
+            result[active.take((~success).nonzero()[0])] = True
+        active = active.take(success.nonzero()[0])
+        k += 1
+    if active.size:
+        listed = None if numerators is None else numerators.take(active).tolist()
+        result[active] = _bernoulli_small(listed, t, k, active.size, stream)
+    return result
+
+
+def _bernoulli_small(numerators: list[int] | None, t: int, k: int, size: int, stream: WordStream) -> list[bool]:
+    """``_bernoulli_exp_minus_block`` on Python integers for ``size`` entries, from K = ``k`` on
+    (the entries that reached K = k): the same calls of ``_below_small``, in the same order."""
+    result = [False] * size
+    active = list(range(size))
+    while active:
+        count = len(active)
+        if numerators is None:
+            success = [value == 0 for value in _below_small(k, count, stream)]
+        elif t * k < VECTOR_LIMIT:
+            draws = _below_small(t * k, count, stream)
+            success = [value < numerators[entry] for value, entry in zip(draws, active, strict=True)]
+        else:  # both draws are made, in this order, whatever the first gives
+            first, second = _below_small(k, count, stream), _below_small(t, count, stream)
+            success = [a == 0 and b < numerators[entry] for a, b, entry in zip(first, second, active, strict=True)]
+        if k % 2 == 1:
+            for entry, ok in zip(active, success, strict=True):
+                result[entry] = not ok
+        active = [entry for entry, ok in zip(active, success, strict=True) if ok]
         k += 1
     return result
+
+
+def _geometric_block(size: int, t: int, stream: WordStream) -> np.ndarray:
+    """V_i ≥ 0, the number of successes of Bernoulli(e^{−1}) before the first failure, for
+    ``size`` entries: one ``_bernoulli_exp_minus_block`` per success level over the entries still
+    going (in entry order); at most ``_SMALL`` of them go on as Python integers."""
+    v = np.zeros(size, dtype=np.int64)
+    active = np.arange(size)
+    while active.size > _SMALL:
+        active = active.take(_bernoulli_exp_minus_block(None, t, active.size, stream).nonzero()[0])
+        v[active] += 1
+    if active.size:
+        v[active] += _geometric_small(active.size, t, stream)
+    return v
+
+
+def _geometric_small(size: int, t: int, stream: WordStream) -> list[int]:
+    """``_geometric_block`` on Python integers (the same calls, in the same order)."""
+    v = [0] * size
+    active = list(range(size))
+    while active:
+        success = _bernoulli_small(None, t, 1, len(active), stream)
+        active = [entry for entry, ok in zip(active, success, strict=True) if ok]
+        for entry in active:
+            v[entry] += 1
+    return v
 
 
 def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int) -> np.ndarray:
@@ -301,7 +451,11 @@ def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int
     order until ``count`` are found, so the result is a deterministic function of (s, t, count,
     key, index). Exactness: every random choice is an exact uniform integer (``uniform_below``),
     every value an integer (U < t < 2^62, V counted, X = U + t·V and ⌊X/s⌋ in int64 when
-    t·(V + 1) ≤ 2^62, else in Python integers). For t ≥ 2^62 the scalar sampler runs instead."""
+    t·(V + 1) ≤ 2^62, else in Python integers). For t ≥ 2^62 the scalar sampler runs instead.
+    Each step runs on arrays, or on Python integers once at most ``_SMALL`` entries are left;
+    both make the same requests of the stream in the same order, so the values do not depend on
+    where one hands over to the other (``tests/test_sampler_fast.py`` replays the first,
+    round-by-round implementation draw for draw)."""
     if s < 1 or t < 1:
         raise InvalidInputError(f"the discrete Laplace rate s/t needs integers s, t >= 1, got {s}/{t}")
     if t >= VECTOR_LIMIT:
@@ -312,20 +466,20 @@ def discrete_laplace_block(*, s: int, t: int, count: int, key: bytes, index: int
     while found < count:
         batch = max(64, 2 * (count - found))  # ≈ 1.6 candidates per draw: P(keep U) ≥ 1 − e^{−1}
         u = uniform_below(t, batch, stream)
-        kept = u[_bernoulli_exp_minus_block(u, t, batch, stream)]
-        v = np.zeros(kept.size, dtype=np.int64)
-        active = np.arange(kept.size)
-        while active.size:  # V: successes of Bernoulli(e^{−1}) before the first failure
-            success = _bernoulli_exp_minus_block(None, t, active.size, stream)
-            v[active[success]] += 1
-            active = active[success]
+        kept = u.take(_bernoulli_exp_minus_block(u, t, batch, stream).nonzero()[0])
+        v = _geometric_block(kept.size, t, stream)  # V: successes of Bernoulli(e^{−1}) before the first failure
         if int(v.max(initial=0)) < VECTOR_LIMIT // t:
-            y: np.ndarray = (kept + t * v) // s  # U + t·V < t·(V + 1) ≤ 2^62: exact in int64
+            y: np.ndarray = kept + t * v  # U + t·V < t·(V + 1) ≤ 2^62: exact in int64
+            if s > 1:
+                y //= s
         else:
             y = np.array([(int(a) + t * int(b)) // s for a, b in zip(kept, v, strict=True)], dtype=object)
-        negative = uniform_below(2, len(y), stream) == 1
-        keep = ~(negative & (y == 0))  # B = 1 with Y = 0 is rejected: 0 is not counted twice
-        signed = np.where(negative, -y, y)[keep]
+        negative = _below(2, len(y), stream) == 1
+        keep = (~(negative & (y == 0))).nonzero()[0]  # B = 1 with Y = 0 is rejected: 0 is not counted twice
+        if y.dtype == object:
+            signed = np.where(negative, -y, y).take(keep)
+        else:  # |Y| < 2^62: −Y fits in int64
+            signed = (y * (1 - 2 * negative.astype(np.int64))).take(keep)
         parts.append(signed)
         found += len(signed)
     drawn = np.concatenate(parts)[:count] if parts else np.zeros(0, dtype=np.int64)
@@ -418,9 +572,10 @@ def _uniform_below_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np
             candidates = (streams.read(owners[pending], 1) >> np.uint8(8 - width)).astype(np.int64)
         else:
             candidates = (streams.read(owners[pending], 8) >> np.uint64(64 - width)).astype(np.int64)
-        accepted = candidates < m
-        out[pending[accepted]] = candidates[accepted]
-        pending = pending[~accepted]
+        kept = candidates < m
+        accepted = kept.nonzero()[0]  # index arrays and take: faster here than boolean masks
+        out[pending.take(accepted)] = candidates.take(accepted)
+        pending = pending.take((~kept).nonzero()[0])
     return out
 
 
@@ -437,8 +592,9 @@ def _bernoulli_exp_minus_keys(numerators: np.ndarray | None, t: int, owners: np.
         else:
             first = _uniform_below_keys(k, owners[active], streams) == 0
             success = first & (_uniform_below_keys(t, owners[active], streams) < numerators[active])
-        result[active[~success]] = k % 2 == 1
-        active = active[success]
+        if k % 2 == 1:
+            result[active.take((~success).nonzero()[0])] = True
+        active = active.take(success.nonzero()[0])
         k += 1
     return result
 
@@ -479,13 +635,14 @@ def _lockstep_blocks(*, s: int, t: int, count: int, keys: list[bytes], index: in
         owners = np.repeat(np.arange(len(keys)), batch)
         u = _uniform_below_keys(t, owners, streams)
         accepted = _bernoulli_exp_minus_keys(u, t, owners, streams)
-        kept, owners = u[accepted], owners[accepted]
+        accepted_at = accepted.nonzero()[0]
+        kept, owners = u.take(accepted_at), owners.take(accepted_at)
         v = np.zeros(kept.size, dtype=np.int64)
         active = np.arange(kept.size)
         while active.size:
-            success = _bernoulli_exp_minus_keys(None, t, owners[active], streams)
-            v[active[success]] += 1
-            active = active[success]
+            success = _bernoulli_exp_minus_keys(None, t, owners.take(active), streams)
+            active = active.take(success.nonzero()[0])
+            v[active] += 1
         large = v >= VECTOR_LIMIT // t  # U + t·V would not be proven to fit in int64
         overflow[owners[large]] = True
         y = (kept + t * np.where(large, 0, v)) // s

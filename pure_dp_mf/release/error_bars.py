@@ -50,22 +50,31 @@ class ErrorBars:
     half_width: np.ndarray
     beta: float
 
-    def bounds(self, counts: np.ndarray, *, first_step: int, max_value: int) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(
+        self, counts: np.ndarray, *, first_step: int, max_value: int, shown: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper): the integers of [count − h_t, count + h_t] ∩ [0, m·t] for the releases
         of the 1-based steps t = first_step + 1, … (a sum of t values in [0, m] lies in [0, m·t],
         a public fact, so the cut is post-processing and keeps the guarantee). Exact integer
-        arithmetic: count − ⌊h_t⌋ and count + ⌊h_t⌋, whatever the size of the count."""
+        arithmetic: count − ⌊h_t⌋ and count + ⌊h_t⌋, whatever the size of the count. The cut never
+        passes the count shown beside the interval (``shown``, default ``counts``; with monotone
+        post-processing the processed count): a count outside [0, m·t] is its own end, so the
+        interval always holds it; widening keeps the guarantee."""
         counts = np.asarray(counts)
+        shown = counts if shown is None else np.asarray(shown)
         steps = np.arange(first_step + 1, first_step + 1 + len(counts), dtype=object)
         half = np.floor(self.half_width).astype(np.int64)
-        if counts.dtype != object and np.abs(counts).max(initial=0) < 2**61 and max_value * (first_step + len(counts)) < 2**61:
-            lower = np.maximum(counts - half, 0)
-            upper = np.minimum(counts + half, max_value * steps.astype(np.int64))
+        small = lambda values: values.dtype != object and np.abs(values).max(initial=0) < 2**61  # noqa: E731
+        if small(counts) and small(shown) and max_value * (first_step + len(counts)) < 2**61:
+            lower = np.minimum(np.maximum(counts - half, 0), shown)
+            upper = np.maximum(np.minimum(counts + half, max_value * steps.astype(np.int64)), shown)
             return lower.astype(np.int64), upper.astype(np.int64)
-        counts = counts.astype(object)
+        counts, shown = counts.astype(object), shown.astype(object)
         half = half.astype(object)
-        lower = np.array([max(c - h, 0) for c, h in zip(counts, half, strict=True)], dtype=object)
-        upper = np.array([min(c + h, max_value * t) for c, h, t in zip(counts, half, steps, strict=True)], dtype=object)
+        lower = np.array([min(max(c - h, 0), s) for c, h, s in zip(counts, half, shown, strict=True)], dtype=object)
+        upper = np.array(
+            [max(min(c + h, max_value * t), s) for c, h, t, s in zip(counts, half, steps, shown, strict=True)], dtype=object
+        )
         return lower, upper
 
 
@@ -171,9 +180,11 @@ class ErrorBarModel:
         every row (``term_arrays``)."""
         count = stop - start
         positions, levels, rows, weights = self.decoder.term_arrays(start, stop)
-        unique, inverse = np.unique(levels, return_inverse=True)
-        table = np.array([self._level(int(level)) for level in unique]).reshape(-1, 2)
-        b, variance = table[inverse, 0], table[inverse, 1]
+        levels = np.asarray(levels, dtype=np.int64)  # 1, 2, …: a table indexed by level, no sort
+        table = np.zeros((int(levels.max(initial=0)) + 1, 2))
+        for level in np.bincount(levels).nonzero()[0].tolist():
+            table[level] = self._level(level)
+        b, variance = table[:, 0].take(levels), table[:, 1].take(levels)
         w = np.abs(np.asarray(weights, dtype=np.float64))
         l2 = self.row_l2[rows] * w
         var = np.bincount(positions, weights=variance * l2 * l2, minlength=count)
@@ -186,3 +197,15 @@ class ErrorBarModel:
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of the steps start … stop − 1 (0-based) at confidence 1 − β."""
         return self.moments(start, stop).bars(beta=beta)
+
+
+def simultaneous_beta(beta: float, *, steps: int) -> float:
+    """The per-step β' that makes the intervals of ``steps`` steps hold together with probability
+    ≥ 1 − β: by the union bound P(some step misses) ≤ Σ_t P(step t misses) ≤ steps·β' ≤ β. β' is
+    β/steps rounded toward 0, so steps·β' ≤ β holds for the float used, not only for the real."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInputError(f"a simultaneous band needs a positive number of steps, got {steps!r}")
+    per_step = beta / steps
+    while Fraction(per_step) * steps > Fraction(beta):  # exact: at most one step down from round-to-nearest
+        per_step = math.nextafter(per_step, 0.0)
+    return per_step

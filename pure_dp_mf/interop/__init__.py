@@ -1,0 +1,1 @@
+"""Bridges to other differential-privacy libraries (optional extras): ``opendp`` (the ``opendp`` extra)."""
