@@ -134,6 +134,12 @@ def _check_columns(events, **columns) -> None:
 
 
 def _check_unit(privacy_unit: str, user_column: str | None) -> None:
+    """Spark bounds contributions for the units event and user; the others run locally."""
+    if privacy_unit not in ("event", "user"):
+        raise InvalidInputError(
+            f"privacy_unit {privacy_unit!r} runs on the local engine (pure_dp_mf.private_running_counts); Spark counts "
+            "privacy_unit 'event' or 'user'"
+        )
     if privacy_unit == "user" and user_column is None:
         raise InvalidInputError("user-level privacy needs user_column")
     if user_column is not None and privacy_unit != "user":

@@ -1,0 +1,160 @@
+"""Accuracy planning (``mechanisms.accuracy``, ``pure-dp-mf plan``): the planned ε meets its target
+in the counter that then runs, a slightly smaller ε does not, and every planned number is the
+one ``Counter`` or the keyed engine reports for that step."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_fuzz_inputs import run_cli
+
+from pure_dp_mf import Counter
+from pure_dp_mf.engines.keyed import KeyedCounters, user_sensitivity
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.mechanisms import planner
+from pure_dp_mf.mechanisms.accuracy import accuracy, plan, plan_epsilon
+from pure_dp_mf.release.generator import NoiseGenerator
+
+pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
+
+
+def _released(epsilon: float, steps: int, **options) -> tuple[Counter, list]:
+    """A seeded counter run for ``steps`` steps of alternating 0/1 values, one release at a time."""
+    counter = Counter(epsilon=epsilon, rng=NoiseGenerator.from_seed(7), **options)
+    return counter, [counter.update(t % 2) for t in range(steps)]
+
+
+def test_planned_epsilon_meets_the_target_std_in_the_counter_and_a_smaller_one_does_not():
+    planned = plan_epsilon(step=150, horizon=200, target_std=6.0)
+    counter, releases = _released(planned.epsilon, 150, horizon=200)
+    assert counter.mechanism == planned.mechanism
+    assert releases[-1].std == planned.std <= 6.0
+    assert planned.std > 6.0 * (1 - 1e-4)  # the smallest ε to the tolerance
+    _, smaller = _released(planned.epsilon * (1 - 1e-3), 150, horizon=200)
+    assert smaller[-1].std > 6.0
+    batch = Counter(epsilon=planned.epsilon, horizon=200, rng=NoiseGenerator.from_seed(8)).release([1] * 150)
+    assert batch.std is not None and batch.std[-1] == planned.std  # steps released together: the same bars
+    assert len(repr(planned.epsilon)) <= 8  # a short decimal
+
+
+def test_planned_epsilon_meets_the_target_half_width():
+    planned = plan_epsilon(step=64, horizon=64, target_half_width=30.0, beta=0.1, metric="meanse")
+    counter, releases = _released(planned.epsilon, 64, horizon=64, beta=0.1, metric="meanse")
+    bars = counter.counter.bars(63, 64, beta=0.1)
+    assert bars.half_width[0] == planned.half_width <= 30.0 and releases[-1].std == planned.std
+    last = releases[-1]
+    if 0 < last.count - math.floor(planned.half_width) and last.count + math.floor(planned.half_width) < 64:
+        assert last.upper - last.count == last.count - last.lower == math.floor(planned.half_width)
+    smaller = accuracy(epsilon=planned.epsilon * (1 - 1e-3), step=64, horizon=64, beta=0.1, metric="meanse")
+    assert smaller.half_width > 30.0
+
+
+@pytest.mark.parametrize("mechanism", ["auto", "binary", "kary"])
+def test_accuracy_is_what_the_counter_reports(mechanism):
+    planned = accuracy(epsilon=0.7, step=37, horizon=100, mechanism=mechanism, max_value=3, beta=0.02)
+    counter, releases = _released(0.7, 37, horizon=100, mechanism=mechanism, max_value=3, beta=0.02)
+    assert (releases[-1].std, planned.mechanism) == (planned.std, counter.mechanism)
+    assert counter.counter.bars(36, 37, beta=0.02).half_width[0] == planned.half_width
+    assert planned.sensitivity == float(3 * counter.counter.sensitivity)
+    assert plan(epsilon=0.7, step=37, horizon=100, mechanism=mechanism, max_value=3, beta=0.02) == planned
+
+
+def test_user_step_is_the_counter_with_k_times_m():
+    planned = accuracy(epsilon=1.5, step=20, horizon=64, privacy_unit="user-step", max_keys=3, max_value=2)
+    _, releases = _released(1.5, 20, horizon=64, max_value=6)
+    assert releases[-1].std == planned.std and planned.max_keys == 3
+    assert planned.std == accuracy(epsilon=1.5, step=20, horizon=64, max_value=6).std
+
+
+def test_the_anytime_counter_without_a_horizon():
+    planned = plan_epsilon(step=300, target_std=12.0)
+    assert planned.horizon is None and planned.sensitivity is None and "anytime" in planned.mechanism
+    counter, releases = _released(planned.epsilon, 300)
+    assert counter.mechanism == planned.mechanism
+    assert releases[-1].std == planned.std <= 12.0
+    assert counter.counter.bars(299, 300, beta=0.05).half_width[0] == planned.half_width
+    assert accuracy(epsilon=planned.epsilon * (1 - 1e-3), step=300).std > 12.0
+
+
+def _keyed_std(epsilon: float, steps: int, **options) -> tuple[KeyedCounters, float]:
+    counters = KeyedCounters(keys=["a", "b"], epsilon=epsilon, rng=NoiseGenerator.from_seed(3), **options)
+    std = 0.0
+    for t in range(steps):
+        counts = counters.release(np.array([t % 2, 1]))
+        std = float(counters.intervals(counts, start=t, beta=0.05)[0][0])
+    return counters, std
+
+
+def test_user_level_is_the_keyed_engines_error_bars():
+    bounds = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3, "max_value": 2}
+    planned = accuracy(epsilon=2.0, step=40, horizon=64, **bounds)
+    counters, std = _keyed_std(2.0, 40, horizon=64, **bounds)
+    assert std == planned.std and counters.mechanism.name == planned.mechanism
+    norms = counters.mechanism.column_norms(64)
+    assert planned.sensitivity == float(user_sensitivity(norms, max_keys=2, max_per_key=3, max_value=2))
+    target = plan_epsilon(step=40, horizon=64, target_std=4.0, **bounds)
+    assert _keyed_std(target.epsilon, 40, horizon=64, **bounds)[1] == target.std <= 4.0
+    assert accuracy(epsilon=target.epsilon * (1 - 1e-3), step=40, horizon=64, **bounds).std > 4.0
+
+
+def test_event_level_runs_what_keyed_counts_run():
+    planned = accuracy(epsilon=1.0, step=2, horizon=3, privacy_unit="event", max_value=4)
+    _, std = _keyed_std(1.0, 2, horizon=3, max_value=4)
+    lifted = accuracy(epsilon=1.0, step=2, horizon=3, mechanism="lifted", max_value=4)
+    assert std == planned.std == lifted.std and planned.mechanism.startswith("lifted")
+    assert accuracy(epsilon=1.0, step=2, horizon=3, max_value=4).mechanism.startswith("kary")  # one stream: a tree wins
+
+
+@pytest.mark.parametrize("horizon", [5, 64, 1000])
+def test_the_planners_choice_does_not_depend_on_epsilon(horizon):
+    def key(epsilon: float) -> tuple:
+        row = planner.choose(horizon=horizon, epsilon=epsilon, metric="maxse")
+        return row.mechanism, row.arity, row.base_file
+
+    assert key(1e-3) == key(1.0) == key(1e3)
+
+
+def test_the_command_prints_the_library_plan_as_json():
+    code, out, err = run_cli("plan", "--step", "50", "--horizon", "100", "--target-std", "4", "--beta", "0.1", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document == plan_epsilon(step=50, horizon=100, target_std=4.0, beta=0.1).as_dict()
+    code, out, err = run_cli("plan", "--step", "50", "--horizon", "100", "--epsilon", str(document["epsilon"]), "--beta", "0.1")
+    assert code == 0 and "std" in out and f"count ± {math.floor(document['half_width'])}" in out, (out, err)
+
+
+@pytest.mark.parametrize(
+    "arguments, needle",
+    [
+        (["--step", "65", "--horizon", "64", "--epsilon", "1"], "--step must be in 1 … 64 (--horizon)"),
+        (["--step", "3", "--horizon", "64"], "exactly one of --epsilon / --target-std / --target-half-width"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--target-std", "2"], "exactly one of"),
+        (["--step", "3", "--horizon", "64", "--target-half-width", "0.3"], "--target-half-width 0.3 cannot be met"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--max-per-key", "2"], "--max-per-key"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--privacy-unit", "user"], "--max-per-key"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--privacy-unit", "users"], "--privacy-unit"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--mechanism", "bogus"], "--mechanism"),
+        (["--step", "3", "--epsilon", "1", "--mechanism", "binary"], "--mechanism binary needs --horizon"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "1", "--beta", "1.5"], "--beta"),
+        (["--step", "3", "--horizon", "64", "--epsilon", "-1"], "--epsilon"),
+        (["--step", "3", "--horizon", "64", "--target-std", "0"], "--target-std"),
+        (["--step", "3", "--epsilon", "1e-7"], "--epsilon must be at least"),
+    ],
+)
+def test_bad_input_is_one_error_line_naming_the_flag(arguments, needle):
+    code, out, err = run_cli("plan", *arguments)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and out == "", (code, out, err)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle.replace(" / ", ", ") in lines[0], err
+
+
+def test_the_library_refuses_bad_input_with_the_flag():
+    with pytest.raises(InvalidInputError, match="--target-std, --target-half-width"):
+        plan_epsilon(step=3, horizon=8)
+    with pytest.raises(InvalidInputError, match="--max-keys is for"):
+        accuracy(epsilon=1.0, step=3, horizon=8, max_keys=2)
+    with pytest.raises(InvalidInputError, match="--base needs --horizon"):
+        accuracy(epsilon=1.0, step=3, base="k004_maxse.npz")
