@@ -60,6 +60,8 @@ def count_keyed(
     calendar = _calendar(start=start, step_size=step_size)
     output_format = "csv" if output_format == "plain" else output_format
     through_step = public_schedule(horizon, _through_step(through, calendar))
+    if calendar is not None:
+        calendar.check_schedule(through_step)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None

@@ -25,6 +25,7 @@ from datetime import date, datetime, timedelta
 from pure_dp_mf.errors import InvalidInputError
 
 UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_STEP_SECONDS = 36525 * 86400  # a century: calendars stay inside datetime's years 1 … 9999
 _SIZE = re.compile(r"\s*(\d+)\s*(s|min|h|d|w)\s*")
 
 
@@ -33,7 +34,10 @@ def parse_step_size(text: str, *, flag: str = "--step-size") -> timedelta:
     match = _SIZE.fullmatch(str(text))
     if match is None or int(match.group(1)) == 0:
         raise InvalidInputError(f"{flag} must be a positive whole number of s, min, h, d or w (e.g. 1d, 1h), got {text!r}")
-    return timedelta(seconds=int(match.group(1)) * UNITS[match.group(2)])
+    seconds = int(match.group(1)) * UNITS[match.group(2)]
+    if seconds > MAX_STEP_SECONDS:
+        raise InvalidInputError(f"{flag} {text.strip()} is longer than a century")
+    return timedelta(seconds=seconds)
 
 
 def parse_time(text: object, *, what: str) -> datetime:
@@ -78,6 +82,16 @@ class Calendar:
         moment = self.start + (step - 1) * self.step_size
         whole_days = self.step_size % timedelta(days=1) == timedelta(0) and moment.time() == datetime.min.time()
         return moment.date().isoformat() if whole_days and moment.tzinfo is None else moment.isoformat()
+
+    def check_schedule(self, steps: int) -> None:
+        """Refuse, before anything runs, a schedule of ``steps`` steps whose periods leave the
+        years 1 … 9999 that dates can be written in."""
+        try:
+            self.start + steps * self.step_size
+        except OverflowError:
+            raise InvalidInputError(
+                f"--start {self.start.isoformat()} with {steps} steps of --step-size {self.step_size} passes the year 9999"
+            ) from None
 
     def steps_through(self, value: object) -> int:
         """The last step whose period begins at or before ``value`` (for ``--through DATE``)."""

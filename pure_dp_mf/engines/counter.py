@@ -116,7 +116,8 @@ class Counter:
         InvalidInputError: a bad argument, a state that does not match them, or a released step
             given again with another input.
         BudgetError: ``budget`` unknown, or ε more than it has left.
-        StateFileError: a state in use, moved away, closed or damaged.
+        StateFileError: a state in use, moved away, closed or damaged, or made with another ε,
+            horizon, m or d than given.
         RegistryError: a copy or a stale version of a state, or a generator that already feeds
             another counter (the lineage registry refuses them), or an unreadable registry.
     """
@@ -156,7 +157,11 @@ class Counter:
         if self.resumed:
             assert state is not None
             self._counter = ContinualCounter.resume(state, epsilon=epsilon, horizon=horizon, **options)
-            self._check_choice(mechanism=mechanism, metric=metric, base=base, certificate=certificate)
+            try:
+                self._check_choice(mechanism=mechanism, metric=metric, base=base, certificate=certificate)
+            except BaseException:
+                self._counter.close()  # a refused resume leaves the state free
+                raise
             self._charge(budget, state=state)
             LOG.info("resuming %s after step %d of %s", state, self._counter.released, self._counter.horizon or "∞")
         else:
@@ -308,6 +313,9 @@ class Counter:
             raise InvalidInputError(f"steps {first_step} … {last_step}: only steps 1 … {self._counter.released} were released")
         rows = self._counter.releases(first_step - 1, last_step)
         d = self._counter.dimension
+        if not rows:
+            empty = np.zeros((0,) if d == 1 else (0, d), dtype=np.int64)
+            return self._releases_of(empty, empty, first=first_step - 1)
         array = np.array(rows, dtype=object).reshape(len(rows), -1)
         if _inputs is not None:
             _check_inputs(np.asarray(_inputs).reshape(len(rows), d), array[:, :d], first_step=first_step)

@@ -102,6 +102,8 @@ def private_running_counts(
     if calendar is not None and through is not None and not _is_integer(through):
         through = calendar.steps_through(through)
     through = public_schedule(horizon, through)
+    if calendar is not None:
+        calendar.check_schedule(through)
     table = _scheduled(frame, keys=keys, columns=columns, calendar=calendar, through=through)
     table = _apply_policy(table, frame=frame, columns=columns, invalid=invalid, max_value=max_value, dates=calendar is not None)
     generator = generator if generator is not None else NoiseGenerator.secure()
