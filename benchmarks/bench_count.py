@@ -29,6 +29,9 @@ file (``PURE_DP_MF_REGISTRY``), never the user's. Usage:
     .venv/bin/python benchmarks/bench_count.py [--n 1000000] [--repeats 3] [--base FILE]
     .venv/bin/python benchmarks/bench_count.py --quick     # n = 5·10^4, one run, k = 256 base
 
+``--against REV`` times only the two command rows, this tree against git revision ``REV``
+(``git archive``), end to end, runs interleaved, with the speed goals and the ratios.
+
 ``--quick`` (a smoke test that finishes well under a minute) is too small to resolve the commands'
 steady state (their start-up, a few seconds, dwarfs the work): a steady rate that T(n) − T(1 line)
 does not resolve prints as "—" and its ratio falls back to end to end. ``--no-command`` times
@@ -174,6 +177,25 @@ def float_tree(revision: str, folder: Path) -> Path:
     return target
 
 
+GOALS = {"count, stdin → stdout": 7e5, "count --state --output": 5e5}  # end to end, counts/s
+
+
+def against(revision: str, *, base: Path, n: int, repeats: int, folder: Path) -> None:
+    """The two command rows of this tree against ``revision`` (``git archive``), end to end, runs
+    interleaved (old, new, old, new, …: the machine is shared), medians; the goal, both rates and
+    their ratio."""
+    old = float_tree(revision, folder)
+    print(f"| path (n = {n:,}, end to end, median of {repeats}) | goal | {revision} | this tree | ratio |")
+    print("|---|---|---|---|---|")
+    for label, state in (("count, stdin → stdout", False), ("count --state --output", True)):
+        rates: dict[Path, list[float]] = {old: [], ROOT: []}
+        for _ in range(repeats):
+            for root in (old, ROOT):
+                rates[root].append(command_rates(root=root, base=base, n=n, repeats=1, state=state, folder=folder)[0])
+        before, after = statistics.median(rates[old]), statistics.median(rates[ROOT])
+        print(f"| {label} | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |")
+
+
 def rate(value: float | None) -> str:
     if value is None:
         return "—"
@@ -191,6 +213,9 @@ def main() -> None:
     parser.add_argument("--float-revision", default="1f18a8c")
     parser.add_argument("--float-state-n", type=int, default=20_000)
     parser.add_argument("--no-command", action="store_true", help="the library row only (no git, no commands)")
+    parser.add_argument(
+        "--against", metavar="REV", help="only the command rows of this tree against git revision REV (interleaved)"
+    )
     if parser.parse_known_args()[0].quick:
         parser.set_defaults(**QUICK)
     args = parser.parse_args()
@@ -205,6 +230,9 @@ def main() -> None:
             f"base {base.name}, n = {args.n:,}, medians of {args.repeats} runs, python {sys.version.split()[0]}, "
             f"{os.cpu_count()} cores, 1 BLAS thread"
         )
+        if args.against:
+            against(args.against, base=base, n=args.n, repeats=args.repeats, folder=folder)
+            return
         exact_batch, float_batch = library_rates(base, args.n, args.repeats)
         rows = [("library batch", exact_batch, None, float_batch, None)]
         if not args.no_command:

@@ -28,7 +28,8 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -41,6 +42,7 @@ INVALID_POLICIES = ("refuse", "zero", "clamp", "stop")
 FORMATS = ("plain", "csv", "jsonl")
 CSV_COLUMNS = ("step", "count", "std", "lower", "upper")
 MAX_FIELD = 1 << 20  # characters of one CSV field or line
+_PLACES = np.array([10**k for k in range(18)], dtype=np.int64)  # the place values of a line of ≤ 18 digits
 
 csv.field_size_limit(MAX_FIELD)
 
@@ -108,7 +110,10 @@ class StepReader:
             and np.all(codes[1::2] == 10)
             and np.all((codes[0::2] == 48) | (codes[0::2] == 49))
         ):
-            values = codes[0::2].astype(np.int64) - 48  # every line is "0" or "1": no parsing needed
+            values: np.ndarray | None = codes[0::2].astype(np.int64) - 48  # every line is "0" or "1": no parsing needed
+        else:
+            values = self._plain_integers(codes) if self._select is None and self.dimension == 1 else None
+        if values is not None:
             for start in range(0, len(values), self.largest):
                 yield number + start + 1, values[start : start + self.largest].reshape(-1, 1)
             return
@@ -127,6 +132,23 @@ class StepReader:
                 rows, first = [], number + 1
         if rows:
             yield first, _array(rows)
+
+    def _plain_integers(self, codes: np.ndarray) -> np.ndarray | None:
+        """The values of complete lines that are each 1 to 18 ASCII digits and at most m, read in
+        one numpy pass (exact int64: every value is below 10^18); None when any line is anything
+        else (the line-by-line parser then decides, with its messages and the policy)."""
+        newline = codes == 10
+        ends = np.flatnonzero(newline)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        lengths = ends - starts
+        if not len(ends) or lengths.min() < 1 or lengths.max() > 18 or np.any((codes - 48 > 9) & ~newline):
+            return None
+        places = np.repeat(ends, lengths + 1) - np.arange(len(codes)) - 1  # a digit's power of ten; −1 at the line break
+        terms = np.where(newline, 0, (codes.astype(np.int64) - 48) * _PLACES[np.maximum(places, 0)])
+        values = np.add.reduceat(terms, starts)
+        if self.max_value < 10**18 and int(values.max()) > self.max_value:
+            return None
+        return values
 
     def _row(self, line: bytes, number: int) -> list[int]:
         """One step's values, or the policy's stand-in for an invalid line."""
@@ -243,7 +265,31 @@ def metadata_text(summary: dict) -> str:
 
 def renderer(output_format: str, *, dimension: int) -> Callable[[int, dict], str]:
     """render(first 0-based step, columns) → the text of those steps; ``columns`` holds "counts"
-    ((m,) or (m, d)) and, for csv and jsonl, "std", "lower", "upper"."""
+    ((m,) or (m, d)) and, for csv and jsonl, "std", "lower", "upper". Int64 columns are written
+    by numpy in one pass (``join_columns``); anything else (Python ints beyond int64) by
+    ``obvious_renderer``, the same text line by line."""
+    obvious = obvious_renderer(output_format, dimension=dimension)
+
+    def render(first: int, columns: dict) -> str:
+        counts = np.asarray(columns["counts"])
+        fields: list[np.ndarray | Texts]
+        pieces: Sequence[str]
+        if output_format == "plain":
+            fields = [counts] if dimension == 1 else list(counts.reshape(len(counts), -1).T)
+            pieces = ["", *[" "] * (len(fields) - 1), "\n"]
+        else:
+            fields = [np.arange(first + 1, first + 1 + len(counts), dtype=np.int64), counts]
+            fields += [_float_texts(columns["std"], json_float=output_format == "jsonl"), columns["lower"], columns["upper"]]
+            pieces = ["", ",", ",", ",", ",", "\n"] if output_format == "csv" else JSON_PIECES
+        text = join_columns(fields, pieces) if len(counts) else ""
+        return obvious(first, columns) if text is None else text
+
+    return render
+
+
+def obvious_renderer(output_format: str, *, dimension: int) -> Callable[[int, dict], str]:
+    """``renderer`` line by line in Python (any exact integers): the reference the fast path is
+    tested against."""
     if output_format == "plain":
         if dimension == 1:
             return lambda first, columns: "".join(f"{count}\n" for count in columns["counts"].tolist())
@@ -266,6 +312,104 @@ def renderer(output_format: str, *, dimension: int) -> Callable[[int, dict], str
         )
 
     return render
+
+
+JSON_PIECES = ('{"step": ', ', "count": ', ', "std": ', ', "lower": ', ', "upper": ', "}\n")  # json.dumps of a record
+_POWERS = np.array([10**k for k in range(1, 19)], dtype=np.int64)  # the digit counts of int64 values
+
+
+@dataclass(frozen=True)
+class Texts:
+    """A text column for ``join_columns``: row i holds distinct text ``inverse[i]``, the bytes
+    ``data[offsets[j] : offsets[j] + lengths[j]]`` (UTF-8) for text j."""
+
+    data: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
+    inverse: np.ndarray
+
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> Texts:
+        """One row per text, in order."""
+        joined = "\n".join(texts) + "\n"
+        if joined.count("\n") == len(texts):  # no text holds a line break: cut the encoded whole at them
+            data = np.frombuffer(joined.encode("utf-8"), dtype=np.uint8)
+            ends = np.flatnonzero(data == 10)
+            starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+        else:
+            encoded = [text.encode("utf-8") for text in texts]
+            data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+            starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+        return cls(data=data, offsets=starts, lengths=ends - starts, inverse=np.arange(len(texts), dtype=np.int64))
+
+
+def _float_texts(values, *, json_float: bool) -> Texts:
+    """The column ``f"{v:.6g}"`` (csv) or ``json.dumps(float(f"{v:.6g}"))`` (jsonl) of float ``values``."""
+    shown = list(map("{:.6g}".format, np.asarray(values, dtype=np.float64).reshape(-1).tolist()))
+    if json_float:
+        shown = [json.dumps(float(text)) for text in shown]
+    return Texts.of(shown)
+
+
+def join_columns(fields: Sequence[np.ndarray | Texts], pieces: Sequence[str]) -> str | None:
+    """Rows of text, row i = pieces[0] field₀[i] pieces[1] field₁[i] … pieces[-1], written by numpy
+    in one buffer: integer fields in decimal as ``str`` writes them, ``Texts`` as they are. None
+    (the caller writes the rows itself) when an integer field is not of an integer dtype or
+    reaches 10^18 in magnitude."""
+    columns: list[np.ndarray | Texts] = []
+    widths = []
+    for field in fields:
+        if isinstance(field, Texts):
+            columns.append(field)
+            widths.append(field.lengths[field.inverse])
+            continue
+        array = np.asarray(field)
+        if array.dtype.kind not in "iu" or (array.size and not -(10**18) < int(array.min()) <= int(array.max()) < 10**18):
+            return None
+        array = array.astype(np.int64, copy=False)
+        columns.append(array)
+        widths.append(1 + np.searchsorted(_POWERS, np.abs(array), side="right") + (array < 0))
+    encoded = [np.frombuffer(piece.encode("utf-8"), dtype=np.uint8) for piece in pieces]
+    row_widths = sum(widths) + sum(len(piece) for piece in encoded)
+    ends = np.cumsum(row_widths)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint8)
+    position = ends - row_widths
+    for index, piece in enumerate(encoded):
+        for offset, byte in enumerate(piece.tolist()):
+            out[position + offset] = byte
+        position = position + len(piece)
+        if index < len(columns):
+            column = columns[index]
+            if isinstance(column, Texts):
+                _write_texts(out, column, position)
+            else:
+                _write_integers(out, column, position, position + widths[index])
+            position = position + widths[index]
+    return out.tobytes().decode("utf-8")
+
+
+def _write_integers(out: np.ndarray, values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """The decimal digits of int64 ``values`` (|v| < 10^18), each in [starts, ends): a '-' at the
+    start of the negative ones, the digits ending just before ``ends``."""
+    out[starts[values < 0]] = 45
+    left, position = np.abs(values), ends - 1
+    while True:
+        out[position] = (48 + left % 10).astype(np.uint8)
+        left //= 10
+        more = left > 0
+        if not more.any():
+            break
+        left, position = left[more], position[more] - 1
+
+
+def _write_texts(out: np.ndarray, texts: Texts, starts: np.ndarray) -> None:
+    """Each row's text at ``starts``."""
+    lengths = texts.lengths[texts.inverse]
+    total = int(lengths.sum())
+    if total:
+        within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[np.repeat(starts, lengths) + within] = texts.data[np.repeat(texts.offsets[texts.inverse], lengths) + within]
 
 
 def header_text(output_format: str, summary: dict) -> str | None:
