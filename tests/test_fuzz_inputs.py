@@ -9,18 +9,17 @@ Commands run in-process through ``pure_dp_mf.cli.main`` (the script's entry poin
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_main  # noqa: E402
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,23 +46,7 @@ FUZZ = settings(
 # ------------------------------------------------------------------------------------ helpers
 
 
-def run_cli(*arguments: str, stdin: str = "") -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``pure-dp-mf ARGUMENTS`` run in-process through ``main``."""
-    from pure_dp_mf.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv, sys.stdin
-    sys.argv, sys.stdin = ["pure-dp-mf", *arguments], io.StringIO(stdin)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    finally:
-        sys.argv, sys.stdin = saved
-    return code, out.getvalue(), err.getvalue()
+run_cli = run_main
 
 
 def assert_clean_failure(code: int, out: str, err: str, *, streamed: bool = False) -> None:

@@ -5,9 +5,7 @@ releases``, ``count --first-step``), resuming that says so, and named budgets ch
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import io
 import json
 import logging
 import sqlite3
@@ -19,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_main  # noqa: E402
 
 from pure_dp_mf.engines.budget import Budget, BudgetError
 from pure_dp_mf.engines.counter import Counter, Release
@@ -31,23 +30,7 @@ VALUES = [1, 0, 2, 3, 1, 0, 0, 2, 3, 1, 1, 0, 2, 2, 3, 0, 1, 1, 0, 2]
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 
 
-def cli(*arguments: str, stdin: str = "") -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``pure-dp-mf ARGUMENTS`` run in-process through ``main``."""
-    from pure_dp_mf.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv, sys.stdin
-    sys.argv, sys.stdin = ["pure-dp-mf", *arguments], io.StringIO(stdin)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.argv, sys.stdin = saved
-    return code, out.getvalue(), err.getvalue()
+cli = run_main
 
 
 def cli_process(*arguments: str, stdin: str = "") -> tuple[int, str, str]:

@@ -228,6 +228,72 @@ def test_lockstep_blocks_equal_the_reference(s, t):
             assert _same(block, _reference_block(s=s, t=t, count=count, key=key, index=5))
 
 
+KEY_RATES = [
+    (1, 1),
+    (1, 3),
+    (5, 257),
+    (999, 1000),
+    (2**40, 3),  # almost every draw is 0: many keys rejected (B = 1, Y = 0) and drawn again
+    (1, 2**20 + 1),
+    (LATTICE.numerator, LATTICE.denominator),
+    (COARSE.numerator, COARSE.denominator),
+    (1, (1 << 61) + 12345),  # the two-draw Bernoulli
+    (1, LIMIT - 1),  # values leaving the proven int64 range: those keys drawn alone
+]
+
+
+@pytest.mark.parametrize(("s", "t"), KEY_RATES)
+@pytest.mark.parametrize("segment", [0, 32, 10**9])
+def test_many_keys_equal_the_reference(monkeypatch, s, t, segment):
+    """Every key of a lockstep call gets exactly the reference's draws, whether the reads copy each
+    key's run of bytes (``_SEGMENT`` 0), gather entry by entry (10^9, aligned and unaligned words)
+    or choose by run length; groups of 5 keys (the last one shorter) and pages from 1 to past one
+    chunk of words."""
+    monkeypatch.setattr(dl, "_SEGMENT", segment)
+    monkeypatch.setattr(dl, "_LOCKSTEP_MIN", 1)
+    monkeypatch.setattr(dl, "_LOCKSTEP_KEYS", 5)
+    keys = [_key(300 + i) for i in range(12)]
+    for count, index in [(1, 0), (3, 7), (64, 1), (100, (1 << 64) + 3), (1100, 2)]:
+        together = dl.discrete_laplace_blocks(s=s, t=t, count=count, keys=keys, index=index)
+        assert len(together) == len(keys)
+        for key, block in zip(keys, together, strict=True):
+            assert _same(block, _reference_block(s=s, t=t, count=count, key=key, index=index)), (s, t, count, index)
+
+
+def test_many_keys_large_pages_and_memory_bound(monkeypatch):
+    """Pages of several chunks (requests longer than 2^14 bytes: longer chunks, wider rows) and a
+    byte budget that splits the keys into groups of 2."""
+    monkeypatch.setattr(dl, "_LOCKSTEP_MIN", 1)
+    monkeypatch.setattr(dl, "_LOCKSTEP_BYTES", 2 * 2 * 16 * 5000)
+    keys = [_key(400 + i) for i in range(5)]
+    for s, t in [(1, 3), (LATTICE.numerator, LATTICE.denominator)]:
+        together = dl.discrete_laplace_blocks(s=s, t=t, count=5000, keys=keys, index=4)
+        for key, block in zip(keys, together, strict=True):
+            assert _same(block, _reference_block(s=s, t=t, count=5000, key=key, index=4))
+
+
+def test_lockstep_streams_read_the_reference_bytes():
+    """``_WordStreams.read`` against one ``_ReferenceStream`` per key: requests of bytes and words
+    in every mix (empty for some keys, unaligned words, requests past a chunk and into a partly
+    computed one), then the next bytes of every key agree."""
+    keys = [_key(500 + i) for i in range(4)]
+    streams = dl._WordStreams(keys=keys, index=11)
+    references = [_ReferenceStream(key=key, index=11) for key in keys]
+    rng = np.random.default_rng(5)
+    for round_ in range(60):
+        itemsize = 1 if round_ % 3 else 8
+        counts = rng.integers(0, [3, 40, 700, 5000][round_ % 4], len(keys))
+        counts[round_ % len(keys)] = 0
+        got = streams.read(np.repeat(np.arange(len(keys)), counts), itemsize)
+        expected = [
+            reference.octets(int(c)) if itemsize == 1 else reference.words(int(c))
+            for reference, c in zip(references, counts, strict=True)
+        ]
+        assert got.tolist() == np.concatenate(expected).tolist()
+    got = streams.read(np.repeat(np.arange(len(keys)), 9), 1)
+    assert got.tolist() == np.concatenate([reference.octets(9) for reference in references]).tolist()
+
+
 @pytest.mark.parametrize("small", [0, 5, 10**9])
 def test_array_and_python_integer_paths_agree(monkeypatch, small):
     """Every entry count at which the rounds move from arrays to Python integers gives the same draws

@@ -5,17 +5,16 @@ its count."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import random
-import sys
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_main  # noqa: E402
 
 from pure_dp_mf.engines.calendar import Calendar, parse_step_size, parse_time
 from pure_dp_mf.engines.counter import Counter
@@ -32,23 +31,7 @@ DAYS = 731
 COLUMNS = ["step", "date", "count", "std", "lower", "upper"]
 
 
-def cli(*arguments: str, stdin: str = "") -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``pure-dp-mf ARGUMENTS`` run in-process through ``main``."""
-    from pure_dp_mf.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv, sys.stdin
-    sys.argv, sys.stdin = ["pure-dp-mf", *arguments], io.StringIO(stdin)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-                code = 0
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.argv, sys.stdin = saved
-    return code, out.getvalue(), err.getvalue()
+cli = run_main
 
 
 def one_error_line(result: tuple[int, str, str], *needles: str) -> str:

@@ -101,7 +101,8 @@ class Counter:
         beta: each interval misses the true count with probability ≤ β.
         monotone: post-process the counts to be non-negative and non-decreasing (an isotonic fit
             of what was released, never changing a past output; no privacy cost:
-            ``postprocess.py``). The interval stays that of the unprocessed release.
+            ``postprocess.py``). The interval is that of the unprocessed release, cut to [0, m·t]
+            but widened where needed to hold the processed count.
         state: a state file: created, or resumed when it exists (crash-safe, never re-releases).
         rng: a noise generator; default a cryptographically secure one. A seeded generator
             (``NoiseGenerator.from_seed``) is for tests and research only: it is not private.

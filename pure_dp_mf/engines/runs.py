@@ -62,9 +62,9 @@ def run_stream(
     """Release every step of ``source`` (a file, or standard input when None) into ``output``
     (standard output when None) in ``output_format`` (module docstring). The first line is step
     ``first_step`` (default: a file's first line is step 1, standard input's the next step); lines
-    of steps already released must repeat their inputs (``Counter.release``): their stored
-    releases are written again to standard output, and a file output, which holds them, is left as
-    it is."""
+    of steps already released must repeat their inputs (``Counter.release``). With an explicit
+    ``first_step`` their stored releases are written again to standard output; a file run again
+    writes only its new steps, and a file output, which holds the old ones, is left as it is."""
     check_output_options(
         output_format=output_format, dimension=counter.counter.dimension, beta=counter.beta, invalid=reader.policy
     )
@@ -95,7 +95,7 @@ def run_stream(
             else:
                 done = counter.release(batch, first_step=step)
                 fresh = counter.released - before
-                shown = done if output is None else done.last(fresh)
+                shown = done if output is None and first_step is not None else done.last(fresh)
                 text = render(int(shown.steps[0]) - 1, shown.columns()) if len(shown.steps) else ""
             if text:
                 _write(sink, text, durable=durable, path=output)

@@ -498,8 +498,10 @@ def _as_integer_array(values) -> np.ndarray:
 
 # ------------------------------------------------------------------ many keys in lockstep
 
-_LOCKSTEP_KEYS = 256  # keys sampled together: each holds a buffer of about 2^15 bytes
-_LOCKSTEP_MIN = 8  # fewer keys are drawn one at a time (lockstep measured slower below 8 keys)
+_LOCKSTEP_KEYS = 1024  # keys sampled together, at most
+_SEGMENT = 32  # a lockstep read copies each key's run of bytes when the runs average this many items
+_LOCKSTEP_BYTES = 1 << 25  # and at most about this many bytes of buffers (2·max(2^14, 16·count) a key)
+_LOCKSTEP_MIN = 8  # fewer keys are drawn one at a time (lockstep measured slower below 7 to 8 keys)
 
 
 class _WordStreams:
@@ -507,7 +509,13 @@ class _WordStreams:
     reads, for each key j, the next ``counts[j]`` items (bytes or 64-bit words) of key j's own
     stream, exactly the bytes that key's ``WordStream`` would return for a request of that size,
     including its refills (chunk c of SHAKE-256(domain ‖ key ‖ index ‖ c), of length
-    max(2^14, request − leftover)). Buffers are the rows of one byte array."""
+    max(2^14, request − leftover)). Buffers are the rows of one byte array, each row at least 8
+    bytes longer than its chunk's end (so the word after any word read is in the row too).
+
+    A chunk's bytes are computed as they are needed: SHAKE-256 is an extendable-output function,
+    so its first m bytes are the first m bytes of its output of any length ≥ m. A refill computes
+    min(length, max(4·needed, 2^11)) bytes of the new chunk; a read that needs more of the chunk
+    computes the whole chunk (its first bytes again, the same bytes)."""
 
     def __init__(self, *, keys: Sequence[bytes], index: int) -> None:
         for key in keys:
@@ -515,83 +523,161 @@ class _WordStreams:
                 raise InvalidInputError("a noise key must be at least 16 bytes")
         if index < 0:
             raise InvalidInputError(f"a block index must be >= 0, got {index}")
-        self._prefixes = [hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + index.to_bytes(16, "little")) for key in keys]
+        suffix = index.to_bytes(16, "little")
+        self._prefixes = [hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + suffix) for key in keys]
         self._chunks = [0] * len(keys)
-        self._buffer = np.zeros((len(keys), 2 * _WORD_CHUNK), dtype=np.uint8)
-        self._position = np.zeros(len(keys), dtype=np.int64)
-        self._end = np.zeros(len(keys), dtype=np.int64)
+        self._hashers: list[Any] = [None] * len(keys)  # the current chunk's hasher
+        self._start = [0] * len(keys)  # where the current chunk starts in the key's row
+        self._position = np.zeros(len(keys), dtype=np.int64)  # next unread byte, in the key's row
+        self._end = np.zeros(len(keys), dtype=np.int64)  # end of the current chunk, in the key's row
+        self._ready = np.zeros(len(keys), dtype=np.int64)  # end of the bytes computed so far (≤ end)
+        self._buffer: np.ndarray = np.zeros((len(keys), 0), dtype=np.uint8)
+        self._shape(2 * _WORD_CHUNK + 8)
 
-    def _refill(self, key: int, size: int) -> None:
-        """``WordStream._take``'s refill for a request of ``size`` bytes by key ``key``."""
-        rest = self._buffer[key, self._position[key] : self._end[key]].tobytes()
-        parts, available = [rest], len(rest)
-        while available < size:
+    def _shape(self, width: int) -> None:
+        """Rows of ``width`` bytes (rounded up to a multiple of 8), keeping what the rows hold."""
+        width = -(-width // 8) * 8
+        buffer = np.zeros((len(self._prefixes), width), dtype=np.uint8)
+        buffer[:, : self._buffer.shape[1]] = self._buffer
+        self._buffer = buffer
+        self._flat = buffer.reshape(-1)
+        self._words = self._flat.view("<u8")  # word q is bytes 8q … 8q + 7 of the flat buffer
+        self._row = np.arange(len(self._prefixes), dtype=np.int64) * width  # flat offset of each row
+
+    def _complete(self, key: int) -> None:
+        """Compute the rest of key ``key``'s current chunk."""
+        start, ready, end = self._start[key], int(self._ready[key]), int(self._end[key])
+        if ready < end:
+            self._buffer[key, ready:end] = np.frombuffer(self._hashers[key].digest(end - start)[ready - start :], dtype=np.uint8)
+            self._ready[key] = end
+
+    def _refill(self, keys: np.ndarray, sizes: np.ndarray) -> None:
+        """Make the next ``sizes[key]`` bytes of each key of ``keys`` ready: the rest of the current
+        chunk if they lie in it, else ``WordStream._advance``'s refill (the unread rest moves to
+        the row's start and one chunk of max(2^14, size − rest) bytes follows it: one chunk is
+        always enough), of which the first bytes are computed."""
+        for key, size in zip(keys.tolist(), sizes.take(keys).tolist(), strict=True):
+            self._complete(key)
+            position, end = int(self._position[key]), int(self._end[key])
+            if position + size <= end:
+                continue
+            rest = end - position
+            length = max(_WORD_CHUNK, size - rest)
+            if rest + length + 8 > self._buffer.shape[1]:
+                self._shape(2 * (rest + length + 8))
+            row = self._buffer[key]
+            if rest:
+                row[:rest] = row[position:end]  # overlapping ranges: NumPy copies through a buffer
             hasher = self._prefixes[key].copy()
             hasher.update(self._chunks[key].to_bytes(8, "little"))
-            fresh = hasher.digest(max(_WORD_CHUNK, size - available))
-            parts.append(fresh)
-            available += len(fresh)
+            ready = min(length, max(4 * (size - rest), 1 << 11))
+            row[rest : rest + ready] = np.frombuffer(hasher.digest(ready), dtype=np.uint8)
+            self._hashers[key], self._start[key] = hasher, rest
             self._chunks[key] += 1
-        data = b"".join(parts)
-        if len(data) > self._buffer.shape[1]:
-            grown = np.zeros((self._buffer.shape[0], 2 * len(data)), dtype=np.uint8)
-            grown[:, : self._buffer.shape[1]] = self._buffer
-            self._buffer = grown
-        self._buffer[key, : len(data)] = np.frombuffer(data, dtype=np.uint8)
-        self._position[key], self._end[key] = 0, len(data)
+            self._position[key], self._end[key], self._ready[key] = 0, rest + length, rest + ready
 
     def read(self, owners: np.ndarray, itemsize: int) -> np.ndarray:
         """One item per entry of ``owners`` (key indices, non-decreasing): entry i gets the next
         unread item of key owners[i]'s stream, entries of one key in order. uint8 items for
-        ``itemsize`` 1, little-endian uint64 words for 8."""
+        ``itemsize`` 1, uint64 for 8 (the little-endian words of the stream). Entry i of key j is
+        the item at flat offset first[j] + itemsize·i, first[j] = (row start + position of key j)
+        − itemsize·(index of key j's first entry): one gather of bytes, one of words when every
+        key's position is a multiple of 8, else two aligned words shifted together."""
         counts = np.bincount(owners, minlength=len(self._prefixes))
         sizes = counts * itemsize
-        for key in np.flatnonzero(self._position + sizes > self._end):
-            self._refill(int(key), int(sizes[key]))
-        starts = np.cumsum(counts) - counts
-        width = self._buffer.shape[1]
-        offsets = (owners * width + self._position[owners]) + (np.arange(owners.size) - starts[owners]) * itemsize
+        refill = (self._position + sizes > self._ready).nonzero()[0]
+        if refill.size:
+            self._refill(refill, sizes)
+        offsets = self._row + self._position  # each key's next unread byte in the flat buffer
         self._position += sizes
-        flat = self._buffer.reshape(-1)
+        readers = counts.nonzero()[0]
+        if readers.size and owners.size >= _SEGMENT * readers.size:  # long runs: copy each key's run of bytes
+            flat, ends = self._flat, offsets + sizes
+            runs = [flat[a:b] for a, b in zip(offsets.take(readers).tolist(), ends.take(readers).tolist(), strict=True)]
+            data = np.concatenate(runs)
+            return data if itemsize == 1 else data.view("<u8")
+        first = offsets - itemsize * (np.cumsum(counts) - counts)
+        entries = np.arange(owners.size, dtype=np.int64)
         if itemsize == 1:
-            return flat[offsets]
-        windows = np.lib.stride_tricks.as_strided(flat, shape=(flat.size - itemsize + 1, itemsize), strides=(1, 1))
-        return windows[offsets].view("<u8").ravel()
+            return self._flat.take(first.take(owners) + entries)
+        if not (offsets & 7).any():  # every key's words are aligned: one gather
+            return self._words.take((first >> 3).take(owners) + entries)
+        place = first.take(owners) + 8 * entries
+        shift = ((place & 7) << 3).astype(np.uint64)
+        low, high = self._words.take(place >> 3), self._words.take((place >> 3) + 1)
+        return (low >> shift) | ((high << np.uint64(1)) << (np.uint64(63) - shift))  # shift 0: high adds 0
 
 
-def _uniform_below_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
-    """``uniform_below(m, …)`` of every key at once: entry i is key owners[i]'s draw, each key's
-    entries reading its own stream exactly as ``uniform_below`` does (round by round, in order)."""
-    out = np.zeros(owners.size, dtype=np.int64)
+def _below_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
+    """``_below(m, …)`` of every key at once (1 ≤ m < 2^62): entry i is key owners[i]'s draw, each
+    key's entries reading its own stream exactly as ``uniform_below`` does (round by round, in
+    entry order; the rounds are the same as a key's own, since the entries still pending after a
+    round are, key by key, that key's pending entries in order). uint8 when w ≤ 8, else int64 (the
+    top w ≤ 62 bits of a word, reinterpreted in place: integer comparisons only)."""
     width = (m - 1).bit_length()
-    if width == 0:
+    if width == 0 or owners.size == 0:  # m = 1: always 0, nothing read
+        return np.zeros(owners.size, dtype=np.uint8)
+    shift: np.unsignedinteger
+    view: Any  # np.uint8 or np.int64
+    if width <= 8:
+        itemsize, shift, view = 1, np.uint8(8 - width), np.uint8
+    else:
+        itemsize, shift, view = 8, np.uint64(64 - width), np.int64
+    out = (streams.read(owners, itemsize) >> shift).view(view)
+    if m == 1 << width:  # every candidate is < m
         return out
-    pending = np.arange(owners.size)
-    while pending.size:
-        if width <= 8:
-            candidates = (streams.read(owners[pending], 1) >> np.uint8(8 - width)).astype(np.int64)
-        else:
-            candidates = (streams.read(owners[pending], 8) >> np.uint64(64 - width)).astype(np.int64)
+    pending = (out >= m).nonzero()[0]
+    while pending.size:  # index arrays and take: faster here than boolean masks
+        candidates = (streams.read(owners.take(pending), itemsize) >> shift).view(view)
         kept = candidates < m
-        accepted = kept.nonzero()[0]  # index arrays and take: faster here than boolean masks
+        accepted = kept.nonzero()[0]
         out[pending.take(accepted)] = candidates.take(accepted)
         pending = pending.take((~kept).nonzero()[0])
     return out
 
 
+def _uniform_below_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
+    """``uniform_below(m, …)`` of every key at once, as int64 (``_below_keys``)."""
+    return _below_keys(m, owners, streams).astype(np.int64, copy=False)
+
+
+def _below_is_zero_keys(m: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
+    """``_below_keys(m, owners, streams) == 0`` (m ≥ 2), the same reads; for m ≤ 256 decided on the
+    bytes themselves, as ``_below_is_zero`` does."""
+    if m > 256:
+        return _below_keys(m, owners, streams) == 0
+    width = (m - 1).bit_length()
+    low, high = 1 << (8 - width), m << (8 - width)
+    octets = streams.read(owners, 1)
+    zero = octets < low
+    if high == 256:  # m = 2^w: nothing is rejected
+        return zero
+    pending = (octets >= high).nonzero()[0]
+    while pending.size:
+        octets = streams.read(owners.take(pending), 1)
+        zero[pending.take((octets < low).nonzero()[0])] = True
+        pending = pending.take((octets >= high).nonzero()[0])
+    return zero
+
+
 def _bernoulli_exp_minus_keys(numerators: np.ndarray | None, t: int, owners: np.ndarray, streams: _WordStreams) -> np.ndarray:
-    """``_bernoulli_exp_minus_block`` of every key at once (the same calls, in the same order)."""
-    result = np.zeros(owners.size, dtype=bool)
-    active = np.arange(owners.size)
-    k = 1
+    """``_bernoulli_exp_minus_block`` of every key at once (the same calls, in the same order):
+    K = 1 reads nothing when ``numerators`` is None (below(1)) and is below(t) < u otherwise."""
+    if numerators is None:
+        result, active = np.zeros(owners.size, dtype=bool), np.arange(owners.size)
+    else:  # K = 1 on the whole array: a first 0 here is odd
+        result = _below_keys(t, owners, streams) >= numerators
+        active = (~result).nonzero()[0]
+    k = 2
     while active.size:
+        active_owners = owners.take(active)
         if numerators is None:
-            success = _uniform_below_keys(k, owners[active], streams) == 0
+            success = _below_is_zero_keys(k, active_owners, streams)
         elif t * k < VECTOR_LIMIT:
-            success = _uniform_below_keys(t * k, owners[active], streams) < numerators[active]
+            success = _below_keys(t * k, active_owners, streams) < numerators.take(active)
         else:
-            first = _uniform_below_keys(k, owners[active], streams) == 0
-            success = first & (_uniform_below_keys(t, owners[active], streams) < numerators[active])
+            first = _below_is_zero_keys(k, active_owners, streams)
+            success = first & (_below_keys(t, active_owners, streams) < numerators.take(active))
         if k % 2 == 1:
             result[active.take((~success).nonzero()[0])] = True
         active = active.take(success.nonzero()[0])
@@ -617,8 +703,10 @@ def discrete_laplace_blocks(*, s: int, t: int, count: int, keys: Sequence[bytes]
     if t >= VECTOR_LIMIT or len(keys) < _LOCKSTEP_MIN or count < 1:
         return [discrete_laplace_block(s=s, t=t, count=count, key=key, index=index) for key in keys]
     out: list[np.ndarray] = []
-    for first in range(0, len(keys), _LOCKSTEP_KEYS):  # groups bound the buffers' memory
-        out.extend(_lockstep_blocks(s=s, t=t, count=count, keys=keys[first : first + _LOCKSTEP_KEYS], index=index))
+    group = max(1, min(_LOCKSTEP_KEYS, _LOCKSTEP_BYTES // (2 * max(_WORD_CHUNK, 16 * count))))
+    group = -(-len(keys) // -(-len(keys) // group))  # groups of equal size (± 1) bound the buffers' memory
+    for first in range(0, len(keys), group):
+        out.extend(_lockstep_blocks(s=s, t=t, count=count, keys=keys[first : first + group], index=index))
     return out
 
 
@@ -644,15 +732,21 @@ def _lockstep_blocks(*, s: int, t: int, count: int, keys: list[bytes], index: in
             active = active.take(success.nonzero()[0])
             v[active] += 1
         large = v >= VECTOR_LIMIT // t  # U + t·V would not be proven to fit in int64
-        overflow[owners[large]] = True
-        y = (kept + t * np.where(large, 0, v)) // s
-        negative = _uniform_below_keys(2, owners, streams) == 1
-        keep = ~(negative & (y == 0))
-        owner_parts.append(owners[keep])
-        value_parts.append(np.where(negative, -y, y)[keep])
-        found += np.bincount(owners[keep], minlength=len(keys))
-    owners = np.concatenate(owner_parts)
-    values = np.concatenate(value_parts)[np.argsort(owners, kind="stable")]
+        if large.any():
+            overflow[owners.take(large.nonzero()[0])] = True
+            v[large] = 0
+        y = kept + t * v
+        if s > 1:
+            y //= s
+        negative = _below_keys(2, owners, streams) == 1
+        keep = (~(negative & (y == 0))).nonzero()[0]  # B = 1 with Y = 0 is rejected
+        owners = owners.take(keep)
+        owner_parts.append(owners)
+        value_parts.append((y * (1 - 2 * negative.astype(np.int64))).take(keep))  # |Y| < 2^62: −Y fits
+        found += np.bincount(owners, minlength=len(keys))
+    values = np.concatenate(value_parts)
+    if len(owner_parts) > 1:  # later batches' values go after each key's earlier ones
+        values = values[np.argsort(np.concatenate(owner_parts), kind="stable")]
     starts = np.cumsum(found) - found
     out = [values[start : start + count] for start in starts]
     for key in np.flatnonzero(overflow):
