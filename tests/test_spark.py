@@ -411,32 +411,3 @@ def test_count_on_spark_without_pyspark_names_the_install_line(tmp_path):
     )
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "pip install -e '.[spark]'" in _error_lines(finished)[0]
-
-
-def test_keyed_progress_bar_on_a_terminal_only(tmp_path):
-    """``run_keyed_file`` (local engine) shows its bar over the public steps when standard error is
-    a terminal, and prints nothing more when it is not."""
-    import pty
-    import subprocess
-
-    arguments = _tiny_count(tmp_path)[:-2] + ["--output", str(tmp_path / "out.csv"), "--format", "csv"]
-    piped = subprocess.run(arguments, capture_output=True, text=True, timeout=120)
-    assert piped.returncode == 0 and "steps released" not in piped.stderr and piped.stdout == ""
-    assert "\r" not in piped.stderr and "\x1b[" not in piped.stderr  # no bar, no terminal codes
-    (tmp_path / "out.csv").unlink()
-    leader, follower = pty.openpty()
-    try:
-        finished = subprocess.run(arguments, stdout=subprocess.DEVNULL, stderr=follower, timeout=120)
-        os.close(follower)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 1 << 16)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(leader)
-    assert finished.returncode == 0 and b"steps released" in shown, shown[-2000:]

@@ -256,6 +256,36 @@ def check_file(path: Path, reader: StepReader, *, horizon: int | None, skip: int
     return steps
 
 
+def schedule_progress(*, through: int, released: int, rows_on_terminal: bool):
+    """A rich progress bar on standard error, over the public schedule (steps released of
+    ``through``, from ``released`` for a resumed run), or None: shown only when standard error is
+    a terminal and the rows do not go to that terminal too. It counts public steps only, never
+    anything about the data."""
+
+    def terminal(stream) -> bool:
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError):
+            return False
+
+    if not terminal(sys.stderr) or (rows_on_terminal and terminal(sys.stdout)):
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress(
+        TextColumn("steps released"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+    progress.add_task("steps", total=through, completed=released)
+    return progress
+
+
 # ------------------------------------------------------------------------------------- output
 
 

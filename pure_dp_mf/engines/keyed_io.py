@@ -35,7 +35,7 @@ from typing import IO
 import numpy as np
 
 from pure_dp_mf.engines.calendar import Calendar
-from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, write_sidecar
+from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, schedule_progress, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
 from pure_dp_mf.errors import InvalidInputError
@@ -448,36 +448,6 @@ def run_keyed_file(
             progress.stop()
         sink.close()
         counters.close()
-
-
-def schedule_progress(*, through: int, released: int, rows_on_terminal: bool):
-    """A rich progress bar on standard error, over the public schedule (steps released of
-    ``through``, from ``released`` for a resumed run), or None: shown only when standard error is
-    a terminal and the rows do not go to that terminal too. It counts public steps only, never
-    anything about the data."""
-
-    def terminal(stream) -> bool:
-        try:
-            return bool(stream.isatty())
-        except (AttributeError, ValueError):
-            return False
-
-    if not terminal(sys.stderr) or (rows_on_terminal and terminal(sys.stdout)):
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    progress = Progress(
-        TextColumn("steps released"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(file=sys.stderr),
-        transient=True,
-    )
-    progress.add_task("steps", total=through, completed=released)
-    return progress
 
 
 def check_events(source: Path | None, reader: EventReader) -> None:

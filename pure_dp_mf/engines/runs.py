@@ -60,7 +60,8 @@ def run_stream(
     first_step: int | None = None,
 ) -> RunReport:
     """Release every step of ``source`` (a file, or standard input when None) into ``output``
-    (standard output when None) in ``output_format`` (module docstring). The first line is step
+    (standard output when None) in ``output_format`` (module docstring), with a progress bar on a
+    terminal over the public steps (the horizon, or a checked file's lines). The first line is step
     ``first_step`` (default: a file's first line is step 1, standard input's the next step); lines
     of steps already released must repeat their inputs (``Counter.release``). With an explicit
     ``first_step`` their stored releases are written again to standard output; a file run again
@@ -72,8 +73,11 @@ def run_stream(
     step = first_step if first_step is not None else (1 if source is not None else counter.released + 1)
     if not 1 <= step <= counter.released + 1:
         raise InvalidInputError(f"--first-step {step}: the next step is {counter.released + 1} (steps have no gaps)")
+    total = counter.counter.horizon
     if source is not None and reader.policy == "refuse":
-        io.check_file(source, reader, horizon=counter.counter.horizon, skip=counter.released - step + 1, first_step=step)
+        lines = io.check_file(source, reader, horizon=counter.counter.horizon, skip=counter.released - step + 1, first_step=step)
+        total = step - 1 + lines  # the file's steps: its lines, public once checked
+    progress = io.schedule_progress(through=total, released=counter.released, rows_on_terminal=output is None) if total else None
     render = io.renderer(output_format, dimension=counter.counter.dimension)
     header = io.header_text(output_format, summary)
     sink = _open_sink(counter, output=output, output_format=output_format, render=render, header=header, summary=summary)
@@ -81,6 +85,8 @@ def run_stream(
     durable = output is not None and counter.counter.journal is not None
     released = 0
     try:
+        if progress is not None:
+            progress.start()
         for first, batch in reader.batches(stream):
             horizon = counter.counter.horizon
             if horizon is not None and step + len(batch) - 1 > horizon:
@@ -101,9 +107,13 @@ def run_stream(
                 _write(sink, text, durable=durable, path=output)
             released += fresh
             step += len(batch)
+            if progress is not None:
+                progress.update(progress.task_ids[0], completed=min(counter.released, total or 0))
         if source is not None and step <= counter.released:
             raise InvalidInputError(f"{source} has fewer lines than the {counter.released} steps already released")
     finally:
+        if progress is not None:
+            progress.stop()
         if source is not None:
             stream.close()
         if output is not None:
