@@ -50,12 +50,15 @@ norm at most Δ; this module only builds the matrices and computes errors.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
+from pure_dp_mf.cache import read_entry, write_entry
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import leading_constant
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization
@@ -550,8 +553,51 @@ class TreeCosts:
         return leading_constant(2 * self.cf_squared, n=self.n)
 
 
+_CODE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]  # the code that computes the costs
+_STORED: dict[int, dict[str, list[str]]] = {}  # n → the costs of the cache entry of n (``cache.py``)
+_UNSAVED: set[int] = set()
+
+
+def _stored(n: int) -> dict[str, list[str]]:
+    """The exact tree costs at horizon n kept by earlier processes (an entry named by this file's
+    code digest and n, so that other code or another n is never read)."""
+    if n not in _STORED:
+        record = read_entry(f"tree-costs-{_CODE}-{n}.json") or {}
+        valid = record.get("code") == _CODE and record.get("n") == n and isinstance(record.get("costs"), dict)
+        _STORED[n] = dict(record["costs"]) if valid else {}
+    return _STORED[n]
+
+
+def _save_stored(n: int) -> None:
+    """Write the costs computed at n since the entry was read (one entry per horizon)."""
+    if n in _UNSAVED:
+        _UNSAVED.discard(n)
+        write_entry(f"tree-costs-{_CODE}-{n}.json", {"code": _CODE, "n": n, "costs": _STORED[n]})
+
+
 @functools.lru_cache(maxsize=4096)
 def _tree_costs(mechanism: str, n: int, arity: int | None) -> TreeCosts:
+    """``tree_costs`` (checked arguments), from the cache entry of n when it holds them."""
+    name = f"{mechanism}:{arity}"
+    kept = _stored(n).get(name)
+    if kept is not None:
+        try:
+            levels, sensitivity, maximum, mean = int(kept[0]), Fraction(kept[1]), Fraction(kept[2]), Fraction(kept[3])
+            return TreeCosts(mechanism, n, arity, levels, sensitivity, maximum, mean)
+        except (ValueError, TypeError, IndexError, ZeroDivisionError):
+            pass
+    costs = _computed_costs(mechanism, n, arity)
+    _stored(n)[name] = [
+        str(costs.levels),
+        str(costs.sensitivity),
+        str(costs.max_row_norm_squared),
+        str(costs.mean_row_norm_squared),
+    ]
+    _UNSAVED.add(n)
+    return costs
+
+
+def _computed_costs(mechanism: str, n: int, arity: int | None) -> TreeCosts:
     maximum: Fraction
     mean: Fraction
     if mechanism == "smooth-binary":
@@ -573,12 +619,16 @@ def tree_costs(*, mechanism: str, n: int, arity: int | None = None) -> TreeCosts
 
     Closed forms and digit DPs in O(k·log n) integer operations (O(log² n) for smooth-binary);
     any Python-int n ≥ 1 works (n = 2^40 in milliseconds). Equal to the explicit factorization's
-    costs for every n (tested exactly for all n ≤ 512).
+    costs for every n (tested exactly for all n ≤ 512). The costs at a horizon are kept as exact
+    fractions in the per-machine cache (``cache.py``), so the next process that ranks the
+    mechanisms at that horizon reads them instead of recomputing the arity search.
     """
     mechanism = _check_mechanism(mechanism)
     arity = _check_arity(mechanism, arity)
     n = check_size(n, name="n")
-    return _tree_costs(mechanism, n, arity)
+    costs = _tree_costs(mechanism, n, arity)
+    _save_stored(n)
+    return costs
 
 
 def best_arity(*, mechanism: str, n: int, metric: str) -> int:
@@ -595,7 +645,9 @@ def best_arity(*, mechanism: str, n: int, metric: str) -> int:
     n = check_size(n, name="n")
     attribute = "c2_squared" if metric == "maxse" else "cf_squared"
     arities = range(2, min(n + 1, ARITY_SEARCH_MAX) + 1)
-    return min(arities, key=lambda k: (getattr(_tree_costs(mechanism, n, k), attribute), k))
+    best = min(arities, key=lambda k: (getattr(_tree_costs(mechanism, n, k), attribute), k))
+    _save_stored(n)
+    return best
 
 
 # --------------------------------------------------------------------------- streaming decoders

@@ -48,20 +48,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
 import flint
 import gmpy2
 import numpy as np
 
-from pure_dp_mf.atomic import atomic_write_text
+from pure_dp_mf.cache import read_entry, write_entry
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import decoder_from_encoder
@@ -508,44 +505,18 @@ def _bound_tag(P: np.ndarray, M: np.ndarray, grid_bits: int, h: int) -> str:
     return digest.hexdigest()
 
 
-def bound_cache_folder() -> Path | None:
-    """Where proven decoder bounds are kept between processes: ``$PURE_DP_MF_CACHE`` ("off": no
-    cache), else ``$XDG_CACHE_HOME/pure_dp_mf/decoder_bounds`` (default ``~/.cache/…``).
-
-    The bound of a k = 2048 base costs about half a minute of exact arithmetic; it is a function of
-    the integer matrices alone (``_bound_tag``), so it is proven once per machine and read back
-    after. A cache entry is trusted like the installed code (a user who can write it can also
-    change the code); it lives in the user's own cache folder, created with mode 0700."""
-    setting = os.environ.get("PURE_DP_MF_CACHE")
-    if setting == "off":
-        return None
-    if setting:
-        return Path(setting)
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "pure_dp_mf" / "decoder_bounds"
-
-
 def _cached_bound(tag: str) -> tuple[float, float, float] | None:
-    folder = bound_cache_folder()
-    if folder is None:
+    """A decoder bound proven by an earlier process (``cache.py``; about half a minute of exact
+    arithmetic for a k = 2048 base), when its entry names exactly these matrices."""
+    record = read_entry(f"{tag}.json")
+    if record is None or record.get("format") != BOUND_FORMAT or record.get("tag") != tag:
         return None
     try:
-        record = json.loads((folder / f"{tag}.json").read_text(encoding="utf-8"))
-        if record.get("format") != BOUND_FORMAT or record.get("tag") != tag:
-            return None
         return float.fromhex(record["tau"]), float.fromhex(record["rho"]), float.fromhex(record["row_abs"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def _store_bound(tag: str, bound: tuple[float, float, float]) -> None:
-    folder = bound_cache_folder()
-    if folder is None:
-        return
     tau, rho, row_abs = bound
-    record = {"format": BOUND_FORMAT, "tag": tag, "tau": tau.hex(), "rho": rho.hex(), "row_abs": row_abs.hex()}
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write_text(folder / f"{tag}.json", json.dumps(record))
-    except OSError:
-        pass  # a cache that cannot be written only costs the next process the computation
+    write_entry(f"{tag}.json", {"format": BOUND_FORMAT, "tag": tag, "tau": tau.hex(), "rho": rho.hex(), "row_abs": row_abs.hex()})

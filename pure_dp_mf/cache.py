@@ -1,0 +1,54 @@
+"""The per-machine cache of results that are costly to compute and a pure function of their key.
+
+Entries are JSON records, one file each, in ``cache_folder()``: ``$PURE_DP_MF_CACHE`` ("off": no
+cache), else ``$XDG_CACHE_HOME/pure_dp_mf`` (default ``~/.cache/pure_dp_mf``), created with mode
+0700. Two kinds live there: proven decoder bounds (``release/lattice.py``: about half a minute of
+exact arithmetic for a k = 2048 base) and the exact costs of the tree mechanisms at a horizon
+(``mechanisms/trees.py``: about half a second a horizon, paid by every ``count`` that ranks the
+mechanisms). Each entry names what it was computed from (its key holds the inputs or a digest of
+them and of the code that computed it), and a reader checks that name before using it; an entry
+that cannot be read is computed again. An entry is trusted like the installed code (a user who
+can write it can also change the code). Writing is atomic; a cache that cannot be written only
+costs the next process the computation."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pure_dp_mf.atomic import atomic_write_text
+
+
+def cache_folder() -> Path | None:
+    """``$PURE_DP_MF_CACHE`` ("off": None), else ``$XDG_CACHE_HOME/pure_dp_mf`` (``~/.cache/…``)."""
+    setting = os.environ.get("PURE_DP_MF_CACHE")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pure_dp_mf"
+
+
+def read_entry(name: str) -> dict | None:
+    """The record stored under ``name`` (a file name), or None: no cache, no entry, unreadable."""
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        record = json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def write_entry(name: str, record: dict) -> None:
+    """Store ``record`` under ``name``, atomically; silently nothing when it cannot be written."""
+    folder = cache_folder()
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write_text(folder / name, json.dumps(record))
+    except OSError:
+        pass
