@@ -176,7 +176,8 @@ def format_cell(cell: Any) -> str:
 # ---------------------------------------------------------------------------------- figures
 
 
-def _save(figure, path: str | os.PathLike) -> Path:
+def save_png(figure, path: str | os.PathLike) -> Path:
+    """Write ``figure`` as a PNG at ``path`` (checked writable first), atomically, and close it."""
     import matplotlib.pyplot as plt
 
     path = check_writable_file(path, name="plot")
@@ -188,7 +189,8 @@ def _save(figure, path: str | os.PathLike) -> Path:
     return path
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -203,7 +205,7 @@ def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -
     ``ours`` = {k: {"maxse": 2C₂², "maxse_lifted": …, "meanse": 2C_F², "meanse_lifted": …}} (any
     subset of keys); published values are drawn as open markers, ours as filled ones.
     """
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     published_k = sorted(published.TABLE2)
     for panel, (axis, metric, label) in enumerate(zip(axes, ("maxse", "meanse"), ("2C₂² (MaxSE)", "2C_F² (MeanSE)"))):
@@ -231,7 +233,7 @@ def plot_table2(*, ours: dict[int, dict[str, float]], path: str | os.PathLike) -
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
     axes[0].set_ylabel("leading constant")
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_step_noise_std(
@@ -249,7 +251,7 @@ def plot_step_noise_std(
     ``bins`` log-spaced bins of t and drawn as √(mean squared error) of each bin (markers), beside
     the first curve pooled the same way (√ of its mean variance, open markers).
     """
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(9, 4.8))
     for position, (label, values) in enumerate(curves.items()):
         steps = np.arange(1, len(values) + 1)
@@ -269,7 +271,7 @@ def plot_step_noise_std(
     axis.set_title(title, fontsize=10)
     axis.grid(True, which="both", alpha=0.3)
     axis.legend(fontsize=8)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def plot_leading_constants(
@@ -398,4 +400,4 @@ def plot_tree_ratios(rows: list[lower_bounds.TreeRatio], path: str | os.PathLike
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     figure.suptitle("0/1 lower bounds (Arkhipov & Kalinin, §4): tree factorizations, ratio ≥ 1 promised")
-    return _save(figure, path)
+    return save_png(figure, path)

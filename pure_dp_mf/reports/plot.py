@@ -11,7 +11,6 @@ written atomically with matplotlib's Agg backend, in the style of ``reports/figu
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -19,33 +18,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
+from pure_dp_mf.atomic import check_writable_file
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.reports.figures import pyplot, save_png
 
 MAX_PANELS = 12  # keys drawn by ``plot_output_file``, one panel each
 REQUIRED = ("step", "count", "std", "lower", "upper")
 MAX_ROWS = 10_000_000
 LINE = "\x00line"  # each row read keeps its line number under this name (no CSV column has it)
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(figure, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png", dpi=110)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
 
 
 def _series(name: str, values: Sequence[Any], size: int | None) -> list[float]:
@@ -115,7 +95,7 @@ def plot_release(
     (the release stays ε-DP as ``KeyedCounters`` or ``ContinualCounter`` made it: docs/privacy.md,
     "Keyed streams"); drawing ``true_counts`` is not private and is for synthetic data only."""
     output = check_writable_file(output, name="image")
-    plt = _pyplot()
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(10, 4.8))
     try:
         _draw(
@@ -132,7 +112,7 @@ def plot_release(
         plt.close(figure)
         raise
     axis.set_title(title, fontsize=10)
-    return _save(figure, output)
+    return save_png(figure, output)
 
 
 def _read_output(source: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -219,7 +199,7 @@ def plot_output_file(*, source: Path, image: Path, band_label: str) -> Path:
             )
     else:
         groups[""] = rows
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(3, len(groups))
     lines = math.ceil(len(groups) / columns)
     figure, axes = plt.subplots(
@@ -249,4 +229,4 @@ def plot_output_file(*, source: Path, image: Path, band_label: str) -> Path:
         plt.close(figure)
         raise
     figure.suptitle(_title(source), fontsize=11)
-    return _save(figure, image)
+    return save_png(figure, image)
