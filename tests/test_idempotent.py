@@ -412,7 +412,9 @@ def test_keyed_and_event_row_counts_charge_the_budget(tmp_path, registry):
     code, out, err = cli(*rows, "--seed", "3", "--budget", "keyed")
     assert code == 0 and len(out.splitlines()) == 1 + 8, err
     assert budget.remaining == 0 and len(budget.spends()) == 2
-    assert "keyed counts of 1 key(s)" in budget.spends()[1].what and "one step" in budget.spends()[1].what
+    assert (
+        "keyed counts of 1 key(s)" in budget.spends()[1].what and "one event" in budget.spends()[1].what
+    )  # the default unit of event rows
     one_error_line(cli(*keyed), "'keyed'", "refused")
     one_error_line(cli(*rows, "--budget", "keyed"), "'keyed'", "refused")
     assert len(budget.spends()) == 2

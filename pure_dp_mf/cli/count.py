@@ -81,8 +81,8 @@ _STEP_SIZE = typer.Option(None, "--step-size", help="with --start: how long a st
 _PRIVACY_UNIT = typer.Option(
     None,
     "--privacy-unit",
-    help="what one person's data is: step (a step's whole value ≤ --max-value; the default of one stream), event (one "
-    "event row, value ≤ --max-value; the keyed default), user-step (one user's rows within one step: noise K·m) or user "
+    help="what one person's data is: step (a step's whole value ≤ --max-value; the default for one value per line), "
+    "event (one event row, value ≤ --max-value; the default for event rows), user-step (one user's rows within one step: noise K·m) or user "
     "(one user over the whole stream: noise K·m·C·‖R‖) — docs/privacy.md, 'Privacy units'",
 )
 _USER_COLUMN = typer.Option(None, "--user-column", help="--privacy-unit user or user-step: the column naming each row's user")

@@ -52,9 +52,9 @@ def count_keyed(
     simultaneous: bool = False,
 ) -> None:
     """The event-row run of ``count`` (see the module docstring); every option is checked first.
-    Without --key-column the rows are one stream (one key, not shown) and the unit defaults to step."""
+    Without --key-column the rows are one stream (one key, not shown); the unit defaults to event."""
     single = key_column is None
-    privacy_unit = privacy_unit or ("step" if single else "event")
+    privacy_unit = privacy_unit or "event"  # event rows: one row is one event unless told otherwise
     _check_unit_flags(step_column=step_column, user_column=user_column, privacy_unit=privacy_unit)
     keys = [SINGLE_KEY] if single else _read_public_keys(keys_file)
     calendar = _calendar(start=start, step_size=step_size)
