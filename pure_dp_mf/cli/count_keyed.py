@@ -16,7 +16,6 @@ from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, Layout, check_ev
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.error_bars import simultaneous_beta
 from pure_dp_mf.release.generator import NoiseGenerator
-from pure_dp_mf.validation import parse_integer
 
 SINGLE_KEY = "count"  # the one key of a single stream given as event rows (not shown in its output)
 
@@ -57,11 +56,9 @@ def count_keyed(
     privacy_unit = privacy_unit or "event"  # event rows: one row is one event unless told otherwise
     _check_unit_flags(step_column=step_column, user_column=user_column, privacy_unit=privacy_unit)
     keys = [SINGLE_KEY] if single else _read_public_keys(keys_file)
-    calendar = _calendar(start=start, step_size=step_size)
+    calendar = Calendar.of(start=start, step_size=step_size)
     output_format = "csv" if output_format == "plain" else output_format
-    through_step = public_schedule(horizon, _through_step(through, calendar))
-    if calendar is not None:
-        calendar.check_schedule(through_step)
+    through_step = public_schedule(horizon, through, calendar=calendar)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
     rng = NoiseGenerator.from_seed(seed) if seed is not None else None
@@ -126,28 +123,6 @@ def _read_public_keys(keys_file: Path | None) -> list[str]:
     if keys_file is None:
         raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
     return read_keys(keys_file)
-
-
-def _calendar(*, start: str | None, step_size: str | None) -> Calendar | None:
-    """The public calendar of --start and --step-size, or None for integer steps."""
-    if start is None:
-        if step_size is not None:
-            raise InvalidInputError("--step-size needs --start: the date or time at which step 1 begins")
-        return None
-    return Calendar.parse(start=start, step_size=step_size or "1d")
-
-
-def _through_step(through: str | None, calendar: Calendar | None) -> int | None:
-    """--through as a step: an integer, or with a calendar a date (the step that holds it)."""
-    if through is None:
-        return None
-    text = str(through).strip()
-    if calendar is not None and not text.isdigit():
-        step = calendar.steps_through(text)
-        if step < 1:
-            raise InvalidInputError(f"--through {text} is before --start")
-        return step
-    return parse_integer(text, what="--through")
 
 
 def _count_on_spark(

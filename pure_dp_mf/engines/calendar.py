@@ -63,6 +63,16 @@ class Calendar:
     step_size: timedelta
 
     @classmethod
+    def of(cls, *, start: object, step_size: object, flags: tuple[str, str] = ("--start", "--step-size")) -> Calendar | None:
+        """The calendar of a start and a step size (default one day), or None without a start
+        (integer steps); a step size without a start is refused (``flags`` name the two options)."""
+        if start is None:
+            if step_size is not None:
+                raise InvalidInputError(f"{flags[1]} needs {flags[0]}: the date or time at which step 1 begins")
+            return None
+        return cls.parse(start=start, step_size="1d" if step_size is None else step_size)
+
+    @classmethod
     def parse(cls, *, start: object, step_size: object = "1d") -> Calendar:
         """The calendar of ``--start`` and ``--step-size`` (default one day)."""
         size = step_size if isinstance(step_size, timedelta) else parse_step_size(str(step_size))
@@ -94,8 +104,12 @@ class Calendar:
             ) from None
 
     def steps_through(self, value: object) -> int:
-        """The last step whose period begins at or before ``value`` (for ``--through DATE``)."""
-        return self.step_of(value, what="--through")
+        """The last step whose period begins at or before ``value`` (for ``--through DATE``); a
+        date before the start is refused."""
+        step = self.step_of(value, what="--through")
+        if step < 1:
+            raise InvalidInputError(f"--through {str(value).strip()} is before --start")
+        return step
 
     def record(self) -> dict:
         """JSON-ready, for outputs' metadata and states."""

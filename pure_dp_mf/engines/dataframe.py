@@ -96,14 +96,10 @@ def private_running_counts(
     _check_unit(privacy_unit, user_column)
     if invalid not in INVALID_POLICIES:
         raise InvalidInputError(f"invalid must be one of {', '.join(INVALID_POLICIES)}, got {invalid!r}")
-    calendar = _calendar(start, step_size)
+    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
     horizon = None if horizon is None else check_size(horizon, name="horizon")
     max_value = check_size(max_value, name="max_value")
-    if calendar is not None and through is not None and not _is_integer(through):
-        through = calendar.steps_through(through)
-    through = public_schedule(horizon, through)
-    if calendar is not None:
-        calendar.check_schedule(through)
+    through = public_schedule(horizon, through, calendar=calendar)
     table = _scheduled(frame, keys=keys, columns=columns, calendar=calendar, through=through)
     table = _apply_policy(table, frame=frame, columns=columns, invalid=invalid, max_value=max_value, dates=calendar is not None)
     generator = generator if generator is not None else NoiseGenerator.secure()
@@ -160,18 +156,6 @@ def _check_unit(privacy_unit: str, user_column: str | None) -> None:
         raise InvalidInputError(f"privacy_unit={privacy_unit!r} needs user_column (the user of every event)")
     if privacy_unit in OTHER_UNITS and user_column is not None:
         raise InvalidInputError(f"user_column is for privacy_unit 'user' or 'user-step', not {privacy_unit!r}")
-
-
-def _calendar(start: Any, step_size: Any) -> Calendar | None:
-    if start is None:
-        if step_size is not None:
-            raise InvalidInputError("step_size needs start (the public beginning of step 1)")
-        return None
-    return Calendar.parse(start=start, step_size="1d" if step_size is None else step_size)
-
-
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _integers(series) -> tuple[np.ndarray, np.ndarray]:

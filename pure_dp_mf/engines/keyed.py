@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,13 +57,14 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
 from pure_dp_mf.release.error_bars import ErrorBars
 from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
-from pure_dp_mf.validation import check_epsilon, check_size
+from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
 PRIVACY_UNITS = ("step", "event", "user-step", "user")
@@ -572,14 +574,24 @@ def _column_norms(mechanism: Mechanism, horizon: int) -> tuple[Fraction, ...]:
     return _NORMS[tag]
 
 
-def public_schedule(horizon: int | None, through: int | None) -> int:
+def public_schedule(horizon: int | None, through: object, *, calendar: Calendar | None = None) -> int:
     """The last step a keyed release covers: ``through`` (at most the horizon), by default the
-    horizon; without a horizon ``through`` is required (the schedule is public, never the data's)."""
+    horizon; without a horizon ``through`` is required (the schedule is public, never the data's).
+    ``through`` is a step (an integer, or its ASCII digits), or with a ``calendar`` a date or
+    timestamp (the step whose period holds it); the calendar must reach the last step."""
     if through is None:
         if horizon is None:
             raise InvalidInputError("keyed counts without --horizon need --through N: the public schedule of steps to release")
-        return horizon
-    return check_size(through, name="through", maximum=horizon)
+        last = horizon
+    else:
+        if isinstance(through, str) and (calendar is None or through.strip().isdigit()):
+            through = parse_integer(through, what="--through")
+        elif calendar is not None and not (isinstance(through, numbers.Integral) and not isinstance(through, bool)):
+            through = calendar.steps_through(through)
+        last = check_size(through, name="through", maximum=horizon)
+    if calendar is not None:
+        calendar.check_schedule(last)
+    return last
 
 
 @dataclass
