@@ -95,6 +95,14 @@ def _as_integer(value: object, *, expected: str) -> int:
     raise InvalidInputError(f"stream value {value!r} is not {expected}")
 
 
+def exact_integers(values: object) -> np.ndarray:
+    """Exact integers (nested lists or an array of Python ints) as an int64 array when every one
+    lies in (−2⁶², 2⁶²), where sums of two stay exact, else as Python ints (dtype object)."""
+    array = np.asarray(values, dtype=object)
+    small = all(-(2**62) < int(value) < 2**62 for value in array.ravel())
+    return np.array(values, dtype=np.int64) if small else array
+
+
 def check_steps(values: object, *, dimension: int, max_value: int = 1) -> np.ndarray:
     """A batch of steps as an (m, d) array of exact integers in [0, m] (m = ``max_value``) with
     row sums ≤ m (int64 when every value fits, else Python ints), or a clear error. Integers
@@ -116,8 +124,7 @@ def check_steps(values: object, *, dimension: int, max_value: int = 1) -> np.nda
                 "stream values must form a rectangular batch (every step with the same number of values)"
             ) from None
         flat = [_as_integer(value, expected=expected) for value in raw.ravel()]
-        small = all(-(2**62) < value < 2**62 for value in flat)
-        array = np.array(flat, dtype=np.int64 if small else object).reshape(raw.shape)
+        array = exact_integers(flat).reshape(raw.shape)
     if dimension == 1 and array.ndim <= 1:
         array = array.reshape(-1, 1)
     if array.ndim != 2 or array.shape[1] != dimension:

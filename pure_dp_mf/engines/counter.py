@@ -28,7 +28,7 @@ import numpy as np
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
-from pure_dp_mf.validation import check_epsilon, check_size, check_steps
+from pure_dp_mf.validation import check_epsilon, check_size, check_steps, exact_integers
 
 LOG = logging.getLogger("pure_dp_mf")
 
@@ -320,8 +320,8 @@ class Counter:
         array = np.array(rows, dtype=object).reshape(len(rows), -1)
         if _inputs is not None:
             _check_inputs(np.asarray(_inputs).reshape(len(rows), d), array[:, :d], first_step=first_step)
-        counts = _compact(array[:, d] if d == 1 else array[:, d : 2 * d])
-        centres = _compact(array[:, d + 1]) if d == 1 and self._counter.monotone else counts
+        counts = exact_integers(array[:, d] if d == 1 else array[:, d : 2 * d])
+        centres = exact_integers(array[:, d + 1]) if d == 1 and self._counter.monotone else counts
         return self._releases_of(counts, centres, first=first_step - 1)
 
     def extend(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
@@ -368,10 +368,3 @@ def _check_inputs(given: np.ndarray, kept: np.ndarray, *, first_step: int) -> No
                 f"step {first_step + offset} was released with input {shown(before)}, not {shown(now)}: "
                 "a released step is never drawn again"
             )
-
-
-def _compact(values: np.ndarray) -> np.ndarray:
-    """Exact integers as int64 when every one fits, else as Python ints (object)."""
-    if all(-(2**62) < int(v) < 2**62 for v in values.ravel()):
-        return values.astype(np.int64)
-    return values

@@ -36,7 +36,7 @@ from typing import IO
 import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import MAX_DIGITS, parse_integer
+from pure_dp_mf.validation import MAX_DIGITS, exact_integers, parse_integer
 
 INVALID_POLICIES = ("refuse", "zero", "clamp", "stop")
 FORMATS = ("plain", "csv", "jsonl")
@@ -125,13 +125,13 @@ class StepReader:
                 rows.append(self._row(line, number))
             except InvalidInputError:
                 if rows and self.policy == "stop":  # the lines before the bad one, as one at a time would
-                    yield first, _array(rows)
+                    yield first, exact_integers(rows)
                 raise
             if len(rows) == self.largest:
-                yield first, _array(rows)
+                yield first, exact_integers(rows)
                 rows, first = [], number + 1
         if rows:
-            yield first, _array(rows)
+            yield first, exact_integers(rows)
 
     def _plain_integers(self, codes: np.ndarray) -> np.ndarray | None:
         """The values of complete lines that are each 1 to 18 ASCII digits and at most m, read in
@@ -204,11 +204,6 @@ class StepReader:
         if self.column not in names:
             raise InvalidInputError(f"--column {self.column!r}: no such column in the header line 1 ({', '.join(names)})")
         return names.index(self.column)
-
-
-def _array(rows: list[list[int]]) -> np.ndarray:
-    small = all(-(2**62) < v < 2**62 for row in rows for v in row)
-    return np.array(rows, dtype=np.int64 if small else object)
 
 
 def _field(text: str, select: int | None, *, number: int) -> str:
