@@ -261,10 +261,10 @@ class Counter:
 
     # ------------------------------------------------------------------ releasing
 
-    def release(self, values, *, first_step: int | None = None) -> Releases:
+    def release(self, values, *, first_step: int | None = None, error_bars: bool = True) -> Releases:
         """Release the steps ``first_step``, ``first_step`` + 1, … (default the next) with inputs
-        ``values`` (one durable commit with a state): their counts and, for one count per step,
-        each step's std and guaranteed interval.
+        ``values`` (one durable commit with a state): their counts and, for one count per step
+        with ``error_bars``, each step's std and guaranteed interval.
 
         Idempotent: a step already released is never drawn again. Given again with the input
         the state's release log holds, its stored release is returned; with another input it is
@@ -272,7 +272,7 @@ class Counter:
         next step is refused: the schedule has no gaps (a step without events is a 0)."""
         released = self._counter.released
         if first_step is None or first_step == released + 1:
-            return self._release_next(values)
+            return self._release_next(values, error_bars=error_bars)
         first_step = check_size(first_step, name="step")
         if first_step > released + 1:
             raise InvalidInputError(
@@ -284,31 +284,36 @@ class Counter:
             )
         inputs = check_steps(values, dimension=self._counter.dimension, max_value=self._counter.max_value)
         again = min(len(inputs), released - first_step + 1)
-        kept = self.releases(first_step=first_step, last_step=first_step + again - 1, _inputs=inputs[:again])
+        last = first_step + again - 1
+        kept = self._logged(first_step=first_step, last_step=last, inputs=inputs[:again], error_bars=error_bars)
         if again == len(inputs):
             return kept
-        return Releases.join(kept, self._release_next(inputs[again:]))
+        return Releases.join(kept, self._release_next(inputs[again:], error_bars=error_bars))
 
-    def _release_next(self, values) -> Releases:
+    def _release_next(self, values, *, error_bars: bool) -> Releases:
         first = self._counter.released
         counts = self._counter.counts(values)
         centres = self._counter.last_raw if self._counter.monotone else counts
-        return self._releases_of(counts, centres, first=first)
+        return self._releases_of(counts, centres, first=first, error_bars=error_bars)
 
-    def _releases_of(self, counts: np.ndarray, centres: np.ndarray, *, first: int) -> Releases:
+    def _releases_of(self, counts: np.ndarray, centres: np.ndarray, *, first: int, error_bars: bool = True) -> Releases:
         """Released ``counts`` of the 0-based steps first, first + 1, … with their error bars
-        (a function of the step: the same whenever they are computed)."""
+        (a function of the step: the same whenever they are computed; none without ``error_bars``)."""
         steps = np.arange(first + 1, first + 1 + len(counts), dtype=np.int64)
-        if self._counter.dimension != 1:
+        if self._counter.dimension != 1 or not error_bars:
             return Releases(steps=steps, counts=counts, std=None, lower=None, upper=None)
         bars = self._counter.bars(first, first + len(counts), beta=self.beta)
         lower, upper = bars.bounds(centres, first_step=first, max_value=self._counter.max_value, shown=counts)
         return Releases(steps=steps, counts=counts, std=bars.std, lower=lower, upper=upper)
 
-    def releases(self, *, first_step: int = 1, last_step: int | None = None, _inputs=None) -> Releases:
+    def releases(self, *, first_step: int = 1, last_step: int | None = None) -> Releases:
         """The released steps ``first_step`` … ``last_step`` (default the last released) read back
         from the state's release log: the counts, std and intervals as they were released; nothing
-        is drawn. ``_inputs``: refused unless these were the steps' inputs (``release``)."""
+        is drawn."""
+        return self._logged(first_step=first_step, last_step=last_step)
+
+    def _logged(self, *, first_step: int, last_step: int | None, inputs=None, error_bars: bool = True) -> Releases:
+        """``releases``; with ``inputs``, refused unless these were the steps' inputs (``release``)."""
         last_step = self._counter.released if last_step is None else last_step
         if not 1 <= first_step <= last_step + 1 or last_step > self._counter.released:
             raise InvalidInputError(f"steps {first_step} … {last_step}: only steps 1 … {self._counter.released} were released")
@@ -316,13 +321,13 @@ class Counter:
         d = self._counter.dimension
         if not rows:
             empty = np.zeros((0,) if d == 1 else (0, d), dtype=np.int64)
-            return self._releases_of(empty, empty, first=first_step - 1)
+            return self._releases_of(empty, empty, first=first_step - 1, error_bars=error_bars)
         array = np.array(rows, dtype=object).reshape(len(rows), -1)
-        if _inputs is not None:
-            _check_inputs(np.asarray(_inputs).reshape(len(rows), d), array[:, :d], first_step=first_step)
+        if inputs is not None:
+            _check_inputs(np.asarray(inputs).reshape(len(rows), d), array[:, :d], first_step=first_step)
         counts = exact_integers(array[:, d] if d == 1 else array[:, d : 2 * d])
         centres = exact_integers(array[:, d + 1]) if d == 1 and self._counter.monotone else counts
-        return self._releases_of(counts, centres, first=first_step - 1)
+        return self._releases_of(counts, centres, first=first_step - 1, error_bars=error_bars)
 
     def extend(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
         """Release the steps from ``first_step`` (default the next; ``release``), one durable

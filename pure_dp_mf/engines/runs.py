@@ -95,16 +95,11 @@ def run_stream(
                     "(--extend goes on as an anytime counter)"
                 )
             before = counter.released
-            if output_format == "plain" and step == before + 1:  # the next steps, and no error bars to show
-                text = render(before, {"counts": counter.counter.counts(batch)})
-                fresh = counter.released - before
-            else:
-                done = counter.release(batch, first_step=step)
-                fresh = counter.released - before
-                shown = done if output is None and first_step is not None else done.last(fresh)
-                text = render(int(shown.steps[0]) - 1, shown.columns()) if len(shown.steps) else ""
-            if text:
-                _write(sink, text, durable=durable, path=output)
+            done = counter.release(batch, first_step=step, error_bars=output_format != "plain")  # plain shows none
+            fresh = counter.released - before
+            shown = done if output is None and first_step is not None else done.last(fresh)
+            if len(shown.steps):
+                _write(sink, render(int(shown.steps[0]) - 1, shown.columns()), durable=durable, path=output)
             released += fresh
             step += len(batch)
             if progress is not None:
