@@ -55,6 +55,17 @@ def run_main(*arguments: str, stdin: str = "") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def one_error_line(code: int, out: str, err: str, *needles: str) -> None:
+    """The command failed with exit status 2 and exactly one line ``error: …`` holding ``needles``:
+    no traceback, no usage box."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (code, out, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err and "╭" not in err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
 def dyadic_binary_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The complete binary tree for n = 2^h, root used: R has one row per node, L sums the
     nodes of the dyadic decomposition of [1, t]. Written out directly, independent of trees.py."""

@@ -9,6 +9,7 @@ import sqlite3
 from fractions import Fraction
 
 import pytest
+from conftest import one_error_line  # noqa: E402
 from test_fuzz_inputs import run_cli
 
 from pure_dp_mf.engines import registry as registry_module
@@ -136,15 +137,6 @@ def test_two_processes_racing_for_the_last_epsilon_exactly_one_wins(registry):
         assert budget.spent == 1 and len(budget.spends()) == 2
 
 
-def _one_error_line(code: int, out: str, err: str, *needles: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err and "╭" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-
-
 def test_the_budget_command(registry, monkeypatch):
     monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(registry))
     code, out, err = run_cli("budget", "create", "study", "--epsilon", "2", "--json")
@@ -177,16 +169,16 @@ def test_the_budget_command(registry, monkeypatch):
 )
 def test_the_budget_command_refuses_bad_input_in_one_line(registry, monkeypatch, arguments, needles):
     monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(registry))
-    _one_error_line(*run_cli(*arguments), *needles)
+    one_error_line(*run_cli(*arguments), *needles)
 
 
 @pytest.mark.parametrize("epsilon", ["0", "-1", "1e-300", "1e300", "nan", "inf"])
-def test_every_bad_epsilon_of_the_budget_command_is_one_error_line(registry, monkeypatch, epsilon):
+def test_every_bad_epsilon_of_the_budget_command_isone_error_line(registry, monkeypatch, epsilon):
     monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(registry))
-    _one_error_line(*run_cli("budget", "create", "b", "--epsilon", epsilon), "--epsilon")
+    one_error_line(*run_cli("budget", "create", "b", "--epsilon", epsilon), "--epsilon")
 
 
 def test_the_budget_command_refuses_another_total(registry, monkeypatch):
     monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(registry))
     assert run_cli("budget", "create", "b", "--epsilon", "1")[0] == 0
-    _one_error_line(*run_cli("budget", "create", "b", "--epsilon", "0.5"), "already exists", "1.0", "0.5")
+    one_error_line(*run_cli("budget", "create", "b", "--epsilon", "0.5"), "already exists", "1.0", "0.5")

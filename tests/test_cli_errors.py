@@ -5,6 +5,7 @@ traceback or a box: unknown flags, values that do not parse, folders given as ou
 from __future__ import annotations
 
 import pytest
+from conftest import one_error_line  # noqa: E402
 from test_fuzz_inputs import run_cli
 
 from pure_dp_mf.errors import InvalidInputError
@@ -12,15 +13,6 @@ from pure_dp_mf.gaussian.accounting import MIN_NOISE_MULTIPLIER, epsilon_for, no
 from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
 
 BASE = str(BASE_FOLDER / "k004_maxse.npz")
-
-
-def _one_error_line(code: int, out: str, err: str, *needles: str) -> None:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err and "╭" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.mark.parametrize(
@@ -33,7 +25,7 @@ def _one_error_line(code: int, out: str, err: str, *needles: str) -> None:
     ],
 )
 def test_usage_errors_are_one_line(arguments, needles):
-    _one_error_line(*run_cli(*arguments), *needles)
+    one_error_line(*run_cli(*arguments), *needles)
 
 
 def test_a_folder_as_output_file_is_refused_before_any_work(tmp_path):
@@ -44,13 +36,13 @@ def test_a_folder_as_output_file_is_refused_before_any_work(tmp_path):
         (["certify", BASE, "--out", str(tmp_path)], "--out"),
     ):
         code, out, err = run_cli(*arguments)
-        _one_error_line(code, out, err, flag, "is a folder")
+        one_error_line(code, out, err, flag, "is a folder")
         assert out == "", arguments  # nothing computed and printed first
 
 
 @pytest.mark.parametrize("command", [["info", BASE], ["lift", BASE, "--n", "100"], ["compare", "--n", "100"]])
 def test_an_epsilon_whose_errors_overflow_is_refused(command):
-    _one_error_line(*run_cli(*command, "--epsilon", "1e-300"), "epsilon")
+    one_error_line(*run_cli(*command, "--epsilon", "1e-300"), "epsilon")
 
 
 def test_the_accountant_refuses_what_it_cannot_hold():
@@ -60,8 +52,8 @@ def test_the_accountant_refuses_what_it_cannot_hold():
     for epsilon in (1e-300, 1e5):
         with pytest.raises(InvalidInputError, match="noise multiplier outside"):
             noise_multiplier_for(epsilon=epsilon, delta=1e-6)
-    _one_error_line(*run_cli("multi-epoch", "noise", "--epsilon", "1e5", "--delta", "1e-6"), "epsilon")
-    _one_error_line(*run_cli("multi-epoch", "epsilon", "--noise-multiplier", "1e-4", "--delta", "1e-6"), "noise_multiplier")
+    one_error_line(*run_cli("multi-epoch", "noise", "--epsilon", "1e5", "--delta", "1e-6"), "epsilon")
+    one_error_line(*run_cli("multi-epoch", "epsilon", "--noise-multiplier", "1e-4", "--delta", "1e-6"), "noise_multiplier")
 
 
 def test_verify_of_a_good_certificate_still_exits_zero():
