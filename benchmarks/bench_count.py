@@ -29,8 +29,10 @@ file (``PURE_DP_MF_REGISTRY``), never the user's. Usage:
     .venv/bin/python benchmarks/bench_count.py [--n 1000000] [--repeats 3] [--base FILE]
     .venv/bin/python benchmarks/bench_count.py --quick     # n = 5·10^4, one run, k = 256 base
 
-``--against REV`` times only the two command rows, this tree against git revision ``REV``
-(``git archive``), end to end, runs interleaved, with the speed goals and the ratios.
+``--against REV`` prints the speed goals' table: the library row (CPU time), the two command
+rows (end to end) and their peak memory at n/10 and n, this tree against git revision ``REV``
+(``git archive``), runs interleaved, with the goals and the ratios. Both trees are byte-compiled
+first, as an installed package is.
 
 ``--quick`` (a smoke test that finishes well under a minute) is too small to resolve the commands'
 steady state (their start-up, a few seconds, dwarfs the work): a steady rate that T(n) − T(1 line)
@@ -113,14 +115,36 @@ def library_rates(base: Path, n: int, repeats: int) -> tuple[float, float]:
     return statistics.median(exact), statistics.median(floating)
 
 
-def command_seconds(command: list[str], *, stdin: Path | None, cwd: Path, env: dict) -> float:
+PROGRAM = r"""
+import atexit, os, sys
+def peak():  # VmHWM: this process's own peak (a child's ru_maxrss would count its parent's at fork)
+    with open("/proc/self/status") as status, open(os.environ["BENCH_PEAK_FILE"], "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+atexit.register(peak)
+from pure_dp_mf.cli import main
+main()
+"""
+
+
+def command_seconds(command: list[str], *, stdin: Path | None, cwd: Path, env: dict) -> tuple[float, float]:
+    """(wall seconds, peak resident memory in MiB, Linux ``VmHWM``) of one run of ``command``."""
+    peak_file = cwd / "peak.txt"
     started = time.perf_counter()
     with open(stdin, "rb") if stdin is not None else open(os.devnull, "rb") as source:
-        result = subprocess.run(command, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env=env)
+        result = subprocess.run(
+            command, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env={**env, "BENCH_PEAK_FILE": str(peak_file)}
+        )
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {result.stderr.decode()[-400:]}")
-    return elapsed
+    return elapsed, int(peak_file.read_text()) / 1024
+
+
+def compile_tree(root: Path) -> None:
+    """Byte-compile the package of ``root``, as an installed package is (``pip`` compiles it at
+    install time): with ``PYTHONDONTWRITEBYTECODE`` set, a command would otherwise compile its
+    modules again in every run (about 0.1 s), on both sides of a comparison."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "pure_dp_mf")], check=True, stdout=subprocess.DEVNULL)
 
 
 def command_environment(root: Path) -> dict:
@@ -139,27 +163,35 @@ def command_environment(root: Path) -> dict:
     return env
 
 
-def command_rates(*, root: Path, base: Path, n: int, repeats: int, state: bool, folder: Path) -> tuple[float, float | None]:
+def command_rates(
+    *, root: Path, base: Path, n: int, repeats: int, state: bool, folder: Path, memory: dict | None = None
+) -> tuple[float, float | None]:
     """(end-to-end counts/s, steady-state counts/s) of ``pure-dp-mf count`` from source tree ``root``;
     the steady rate is None when T(n) − T(1 line) is within the noise of the start-up (the larger
-    of the start-ups' spread and a tenth of their median): n too small to resolve it."""
+    of the start-ups' spread and a tenth of their median): n too small to resolve it. ``memory``,
+    when given, receives the largest peak resident memory (MiB) of the n-line runs under ``n``."""
     import numpy as np
 
     env = command_environment(root)
-    program = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count"]
+    program = [sys.executable, "-c", PROGRAM, "count"]
     data, one = folder / f"bits{n}.txt", folder / "one.txt"
     if not data.exists():
         rng = np.random.default_rng(1)
         data.write_text("".join("1\n" if v else "0\n" for v in (rng.random(n) < 0.3)))
         one.write_text("1\n")
-    totals, starts = [], []
+    totals, starts, peaks = [], [], []
     for _ in range(repeats):
         for path, sink in ((data, totals), (one, starts)):
             arguments = ["--epsilon", "1", "--horizon", str(n), "--base", str(base)]
             if state:
                 run = folder / f"run{next(_RUNS)}"  # a fresh state every run (the registry knows the old ones)
                 arguments += ["--state", f"{run}.state", "--output", f"{run}.out"]
-            sink.append(command_seconds([*program, *arguments], stdin=path, cwd=folder, env=env))
+            seconds, peak = command_seconds([*program, *arguments], stdin=path, cwd=folder, env=env)
+            sink.append(seconds)
+            if path == data:
+                peaks.append(peak)
+    if memory is not None:
+        memory[n] = max(peaks)
     total, start = statistics.median(totals), statistics.median(starts)
     resolved = total - start > max(max(starts) - min(starts), 0.1 * start)
     return n / total, n / (total - start) if resolved else None
@@ -177,23 +209,53 @@ def float_tree(revision: str, folder: Path) -> Path:
     return target
 
 
-GOALS = {"count, stdin → stdout": 7e5, "count --state --output": 5e5}  # end to end, counts/s
+GOALS = {"library exact release (CPU)": 1.5e6, "count, stdin → stdout": 7e5, "count --state --output": 5e5}  # counts/s
 
 
 def against(revision: str, *, base: Path, n: int, repeats: int, folder: Path) -> None:
-    """The two command rows of this tree against ``revision`` (``git archive``), end to end, runs
-    interleaved (old, new, old, new, …: the machine is shared), medians; the goal, both rates and
-    their ratio."""
+    """The speed goals' rows, this tree against ``revision`` (``git archive``), runs interleaved
+    (old, new, old, new, …: the machine is shared), medians; the goal, both rates and their
+    ratio. The library row is ``bench_sampler.py``'s (CPU seconds of ``ContinualCounter.counts``
+    at n, in a fresh process per run); the command rows are end to end (start-up included); the
+    memory row is each command's peak resident memory at n/10 and at n lines (flat in n: it
+    does not grow with the stream)."""
+    from bench_sampler import export, measure
+
     old = float_tree(revision, folder)
-    print(f"| path (n = {n:,}, end to end, median of {repeats}) | goal | {revision} | this tree | ratio |")
+    whole = export(revision, folder)  # the library row reads the shipped bases of that revision
+    for root in (old, whole, ROOT):
+        compile_tree(root)
+    env = {**os.environ, "PURE_DP_MF_REGISTRY": os.environ["PURE_DP_MF_REGISTRY"]}
+    print(f"| what (n = {n:,}, median of {repeats}) | goal | {revision} | this tree | ratio |")
     print("|---|---|---|---|---|")
+    rates: dict[Path, list[float]] = {whole: [], ROOT: []}
+    for _ in range(repeats):
+        for root in (whole, ROOT):
+            rates[root].append(measure(root, "library", n, 0, env)["rate"])
+    before, after = statistics.median(rates[whole]), statistics.median(rates[ROOT])
+    label = "library exact release (CPU)"
+    print(f"| {label} | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |", flush=True)
+    memory: dict[tuple[Path, bool], dict[int, float]] = {}
     for label, state in (("count, stdin → stdout", False), ("count --state --output", True)):
-        rates: dict[Path, list[float]] = {old: [], ROOT: []}
+        rates = {old: [], ROOT: []}
         for _ in range(repeats):
             for root in (old, ROOT):
-                rates[root].append(command_rates(root=root, base=base, n=n, repeats=1, state=state, folder=folder)[0])
+                peaks = memory.setdefault((root, state), {})
+                rates[root].append(command_rates(root=root, base=base, n=n, repeats=1, state=state, folder=folder, memory=peaks)[0])
         before, after = statistics.median(rates[old]), statistics.median(rates[ROOT])
-        print(f"| {label} | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |")
+        print(f"| {label}, end to end | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |", flush=True)
+    small = max(1, n // 10)
+    for root in (old, ROOT):
+        for state in (False, True):
+            command_rates(root=root, base=base, n=small, repeats=1, state=state, folder=folder, memory=memory[(root, state)])
+
+    def peaks(root: Path) -> str:
+        return "; ".join(
+            f"{'--state' if state else 'stdin'} {memory[(root, state)][small]:.0f} → {memory[(root, state)][n]:.0f} MiB"
+            for state in (False, True)
+        )
+
+    print(f"| memory: peak RSS of count at n/10 → n | flat in n | {peaks(old)} | {peaks(ROOT)} | |")
 
 
 def rate(value: float | None) -> str:
@@ -237,6 +299,8 @@ def main() -> None:
         rows = [("library batch", exact_batch, None, float_batch, None)]
         if not args.no_command:
             old = float_tree(args.float_revision, folder)
+            for root in (old, ROOT):
+                compile_tree(root)
             for label, state in (("count, stdin → stdout", False), ("count --state --output", True)):
                 exact = command_rates(root=ROOT, base=base, n=args.n, repeats=args.repeats, state=state, folder=folder)
                 float_n = args.float_state_n if state else args.n

@@ -21,13 +21,19 @@ minute each on a 2-core machine).
   (variance 2·(n/ε)²) and against the binary tree (``planner.comparison_rows``: exact finite-n
   errors).
 * ``--spark``: the same events through the local engine (``run_keyed``) and through Spark batch
-  (``engines.spark.private_running_counts``) on local[2], wall times side by side (the
-  releases are checked equal).
+  (``engines.spark.private_running_counts``, its default shards) on local[2], wall times side
+  by side (the releases are checked equal), for each of ``--spark-keys`` (default 10³ and 10⁴
+  keys × 365 steps, 100 events a key): where Spark starts to win.
 * ``--spark-stream``: Spark Structured Streaming (``private_running_counts_stream``) on
   local[2], one file of events and one tick of the public clock (``file_clock``) per step, one
-  micro-batch per step; per-micro-batch wall times for each ``--stream-shards`` (keys released
-  per Python call), side by side. The generator is a key file (``NoiseGenerator.from_key_file``)
-  bound to the query's checkpoint.
+  micro-batch per step; per-micro-batch wall times for each of ``--stream-keys`` (default 10⁴
+  and 10⁵) and ``--stream-shards`` (keys released per Python call), and the state store's size
+  after the last batch. The generator is a key file (``NoiseGenerator.from_key_file``) bound to
+  the query's checkpoint.
+* Memory: the peak resident memory of a fresh process releasing K keys × n steps on the local
+  engine, for each of ``--memory-shapes`` (default 10³ × 10³, 10³ × 10⁴, 10⁴ × 10³).
+
+The run ends with the speed goals' table (Markdown): each goal beside what this run measured.
 
 The Spark parts share one session and need PySpark (``pip install '.[spark]'``) and Java 17;
 without them they are skipped with a message, and a Spark part that fails prints its error
@@ -64,13 +70,14 @@ QUICK = {
     "horizons": [30, 365],
     "sampler_keys": 200,
     "per_key": True,
-    "spark_keys": 50,
+    "spark_keys": [50],
     "spark_steps": 30,
     "spark_events": 3_000,
-    "stream_keys": 64,
+    "stream_keys": [64],
     "stream_steps": 3,
     "stream_events": 640,
     "stream_shards": [64, 1],
+    "memory_shapes": "100x50,100x500",
 }
 
 
@@ -266,6 +273,9 @@ def spark_stream_latency(
     )
     query.awaitTermination()
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"] > 0]
+    last = query.lastProgress or {}
+    state_rows = sum(int(operator.get("numRowsTotal", 0)) for operator in last.get("stateOperators", []))
+    state_bytes = sum(int(operator.get("memoryUsedBytes", 0)) for operator in last.get("stateOperators", []))
     rows = session.read.parquet(f"{folder}/out").count()
     if rows != keys * steps:
         raise SystemExit(f"Spark streaming released {rows} rows, not {keys} keys × {steps} steps")
@@ -276,34 +286,107 @@ def spark_stream_latency(
         "first_seconds": durations[0],
         "median_seconds": statistics.median(durations),
         "max_seconds": max(durations),
+        "state_rows": state_rows,
+        "state_bytes": state_bytes,
     }
 
 
-def stream_part(session, arguments: argparse.Namespace, scratch: str) -> None:
-    """The streaming latencies of every ``--stream-shards``, side by side, with their ratios."""
-    medians = {}
-    for keys_per_shard in arguments.stream_shards:
-        latency = spark_stream_latency(
-            session,
-            arguments.stream_keys,
-            arguments.stream_steps,
-            arguments.stream_events or 10 * arguments.stream_keys,
-            os.path.join(arguments.stream_folder or scratch, f"stream_shards{keys_per_shard}"),
-            keys_per_shard=keys_per_shard,
-            base=arguments.base,
-        )
-        medians[keys_per_shard] = latency["median_seconds"]
+def stream_part(session, arguments: argparse.Namespace, scratch: str) -> list[dict]:
+    """The streaming latencies of every ``--stream-keys`` and ``--stream-shards``, side by side."""
+    results = []
+    for keys in arguments.stream_keys:
+        medians = {}
+        for keys_per_shard in arguments.stream_shards:
+            latency = spark_stream_latency(
+                session,
+                keys,
+                arguments.stream_steps,
+                arguments.stream_events or 10 * keys,
+                os.path.join(arguments.stream_folder or scratch, f"stream_{keys}_shards{keys_per_shard}"),
+                keys_per_shard=keys_per_shard,
+                base=arguments.base,
+            )
+            results.append(latency)
+            medians[keys_per_shard] = latency["median_seconds"]
+            print(
+                f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, "
+                f"{latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
+                f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s; state store "
+                f"{latency['state_rows']} rows, {latency['state_bytes'] / 2**20:.2f} MiB",
+                flush=True,
+            )
+        if len(medians) > 1:
+            slowest = max(medians, key=medians.get)
+            for keys_per_shard, median in medians.items():
+                if keys_per_shard != slowest:
+                    print(f"  median ratio {slowest} / {keys_per_shard} keys per shard: {medians[slowest] / median:.1f}x")
+    return results
+
+
+MEMORY_CHILD = r"""
+import sys, time, warnings
+warnings.simplefilter("ignore")
+from threadpoolctl import threadpool_limits
+threadpool_limits(limits=1)
+import numpy as np
+from pure_dp_mf.engines.keyed import KeyedCounters
+from pure_dp_mf.release.generator import NoiseGenerator
+keys, steps = int(sys.argv[1]), int(sys.argv[2])
+counters = KeyedCounters(keys=[f"key{i}" for i in range(keys)], epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(0))
+zeros = np.zeros(keys, dtype=np.int64)
+for _ in range(steps):
+    counters.release(zeros)
+with open("/proc/self/status") as status:  # VmHWM: this process's own peak (ru_maxrss would count the parent's at fork)
+    print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
+"""
+
+
+def keyed_memory(shapes: list[tuple[int, int]]) -> list[dict]:
+    """Peak resident memory (Linux ``VmHWM``) of a process releasing K keys at n steps (the local
+    engine), one fresh process per shape: O(keys·log n) means flat in n and linear in the keys."""
+    import subprocess
+
+    rows = []
+    for keys, steps in shapes:
+        done = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(keys), str(steps)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the memory run of {keys} keys × {steps} steps failed: {done.stderr[-400:]}")
+        peak = int(done.stdout.split()[-1]) / 1024
+        rows.append({"keys": keys, "steps": steps, "peak_rss_mib": peak})
+        print(f"local engine memory: {keys} keys × {steps} steps: peak RSS {peak:.0f} MiB", flush=True)
+    return rows
+
+
+def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict], memory: list[dict]) -> None:
+    """The speed goals with what this run measured (Markdown)."""
+    print("| what | goal | measured |")
+    print("|---|---|---|")
+    if local is not None:
         print(
-            f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, "
-            f"{latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
-            f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s",
-            flush=True,
+            f"| keyed local, {local['keys']:,} keys × {local['steps']:,} steps | ≥ 2·10⁶ key-steps/s | "
+            f"{local['key_steps_per_second']:.3g} key-steps/s ({local['key_steps_per_second'] / 2e6:.2f} of the goal) |"
         )
-    if len(medians) > 1:
-        slowest = max(medians, key=medians.get)
-        for keys_per_shard, median in medians.items():
-            if keys_per_shard != slowest:
-                print(f"  median ratio {slowest} / {keys_per_shard} keys per shard: {medians[slowest] / median:.1f}x")
+    for stream in streams:
+        goal = "first ≤ 5 s, median ≤ 1 s" if stream["keys"] <= 10_000 else "median ≤ 5 s, state store size reported"
+        print(
+            f"| Spark streaming, {stream['keys']:,} keys ({stream['keys_per_shard']} a shard), one step per micro-batch | {goal} | "
+            f"first {stream['first_seconds']:.1f} s, median {stream['median_seconds']:.2f} s; state store "
+            f"{stream['state_rows']} rows, {stream['state_bytes'] / 2**20:.2f} MiB |"
+        )
+    if batches:
+        cells = "; ".join(
+            f"{batch['keys']:,} keys: local {batch['local_seconds']:.1f} s, Spark {batch['spark_seconds']:.1f} s "
+            f"({batch['spark_seconds'] / batch['local_seconds']:.2f}×)"
+            for batch in batches
+        )
+        faster = [batch["keys"] for batch in batches if batch["spark_seconds"] < batch["local_seconds"]]
+        where = (
+            f"Spark faster from {min(faster):,} keys" if faster else f"Spark slower up to {max(batch['keys'] for batch in batches):,} keys"
+        )
+        print(f"| Spark batch × {batches[0]['steps']} steps, local[2] | ≤ 2× local, and where Spark wins | {cells}; {where} |")
+    if memory:
+        cells = "; ".join(f"{row['keys']:,} × {row['steps']:,}: {row['peak_rss_mib']:.0f} MiB" for row in memory)
+        print(f"| memory, keyed local (peak RSS, keys × steps) | O(keys · log n) | {cells} |")
 
 
 def one_line(error: BaseException) -> str:
@@ -337,11 +420,11 @@ def main() -> None:
     parser.add_argument("--sampler-keys", type=int, default=2000, help="keys of the sampler comparison (0: skip)")
     parser.add_argument("--per-key", action="store_true", help="also time the release with pages drawn one key at a time")
     parser.add_argument("--spark", action="store_true", help="also time Spark batch on local[2] (the spark extra)")
-    parser.add_argument("--spark-keys", type=int, default=1000)
+    parser.add_argument("--spark-keys", type=int, nargs="+", default=[1000, 10_000], help="key counts of the batch comparison")
     parser.add_argument("--spark-steps", type=int, default=365)
-    parser.add_argument("--spark-events", type=int, default=100_000)
+    parser.add_argument("--spark-events", type=int, default=None, help="events of the batch comparison (default 100 per key)")
     parser.add_argument("--spark-stream", action="store_true", help="time Spark Structured Streaming micro-batches")
-    parser.add_argument("--stream-keys", type=int, default=10_000)
+    parser.add_argument("--stream-keys", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--stream-steps", type=int, default=12)
     parser.add_argument("--stream-events", type=int, default=None, help="events per step (default 10 per key)")
     parser.add_argument("--stream-folder", default=None, help="work folder of the streaming run (default: a temporary one)")
@@ -349,8 +432,13 @@ def main() -> None:
         "--stream-shards",
         type=int,
         nargs="+",
-        default=[1024, 1],
+        default=[1024],
         help="keys per shard to time side by side (1: one Python call per key)",
+    )
+    parser.add_argument(
+        "--memory-shapes",
+        default="1000x1000,1000x10000,10000x1000",
+        help="keys×steps of the memory rows, comma-separated ('' to skip)",
     )
     if parser.parse_known_args()[0].quick:
         parser.set_defaults(**QUICK)
@@ -358,6 +446,8 @@ def main() -> None:
     one_thread()
     skipped: list[str] = []
     failed: list[str] = []
+    batches: list[dict] = []
+    streams: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_keyed_") as scratch:
         os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(scratch, "registry.sqlite3")  # never the user's registry
         missing = spark_missing() if arguments.spark or arguments.spark_stream else None
@@ -366,24 +456,24 @@ def main() -> None:
             print(f"skipping {' and '.join(skipped)}: {missing}", file=sys.stderr)
         session = spark_session() if (arguments.spark or arguments.spark_stream) and not missing else None
         try:
-            if arguments.spark and session is not None:
+            for spark_keys in arguments.spark_keys if arguments.spark and session is not None else []:
+                events = arguments.spark_events or 100 * spark_keys
                 try:
-                    timing = spark_ratio(
-                        session, arguments.spark_keys, arguments.spark_steps, arguments.spark_events, base=arguments.base
-                    )
+                    timing = spark_ratio(session, spark_keys, arguments.spark_steps, events, base=arguments.base)
                 except Exception as error:  # say so, run the other parts, exit 1 at the end
                     failed.append(f"--spark: {one_line(error)}")
                     print(f"Spark batch failed: {one_line(error)}", file=sys.stderr, flush=True)
-                else:
-                    print(
-                        f"Spark batch local[2] vs local: {timing['keys']} keys × {timing['steps']} steps, "
-                        f"{timing['events']} events (the same releases): local {timing['local_seconds']:.1f} s, "
-                        f"Spark {timing['spark_seconds']:.1f} s, ratio Spark/local {timing['spark_seconds'] / timing['local_seconds']:.2f}",
-                        flush=True,
-                    )
+                    break
+                batches.append(timing)
+                print(
+                    f"Spark batch local[2] vs local: {timing['keys']} keys × {timing['steps']} steps, "
+                    f"{timing['events']} events (the same releases): local {timing['local_seconds']:.1f} s, "
+                    f"Spark {timing['spark_seconds']:.1f} s, ratio Spark/local {timing['spark_seconds'] / timing['local_seconds']:.2f}",
+                    flush=True,
+                )
             if arguments.spark_stream and session is not None:
                 try:
-                    stream_part(session, arguments, scratch)
+                    streams = stream_part(session, arguments, scratch)
                 except Exception as error:  # a failed query: say so, run the other parts, exit 1 at the end
                     failed.append(f"--spark-stream: {one_line(error)}")
                     print(f"Spark streaming failed: {one_line(error)}", file=sys.stderr, flush=True)
@@ -398,9 +488,9 @@ def main() -> None:
             f"ratio {sampler['per_key_us_per_draw'] / sampler['lockstep_us_per_draw']:.2f}",
             flush=True,
         )
-    rates, last = {}, {}
+    rates, last, measured = {}, {}, {}
     for lockstep in (False, True) if arguments.per_key else (True,):
-        result = throughput(arguments.keys, arguments.steps, lockstep=lockstep, repeats=arguments.repeats, base=arguments.base)
+        result = measured[lockstep] = throughput(arguments.keys, arguments.steps, lockstep=lockstep, repeats=arguments.repeats, base=arguments.base)
         rates[lockstep], last[lockstep] = result["key_steps_per_second"], result["last_counts"]
         print(
             f"local engine, noise pages {'in lockstep' if lockstep else 'one key at a time'}: "
@@ -442,6 +532,9 @@ def main() -> None:
         axis.legend()
         figure.tight_layout()
         figure.savefig(arguments.plot)
+    shapes = [tuple(int(part) for part in shape.split("x")) for shape in arguments.memory_shapes.split(",") if shape]
+    memory = keyed_memory(shapes) if shapes else []
+    goals_table(local=measured.get(True), streams=streams, batches=batches, memory=memory)
     if skipped or failed:
         reasons = [f"not run: {' and '.join(skipped)} ({missing})"] if skipped else []
         raise SystemExit("; ".join(reasons + [f"failed: {reason}" for reason in failed]))

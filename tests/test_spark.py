@@ -55,7 +55,7 @@ def _events(seed: int = 0) -> list[tuple[str, str, int, int]]:
 
 
 @pytest.mark.parametrize(
-    ("unit", "keys_per_shard", "horizon"), [("event", 1024, 40), ("user", 1024, 40), ("event", 3, None), ("user", 1, 40)]
+    ("unit", "keys_per_shard", "horizon"), [("event", None, 40), ("user", 1024, 40), ("event", 3, None), ("user", 1, 40)]
 )
 def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
     keys = ["de", "fr", "it", "es"]  # "es" has no events, "mars" is not public

@@ -41,6 +41,7 @@ LOG = logging.getLogger("pure_dp_mf.spark")
 
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
 KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
+_MIN_SHARD = 64  # batch shards are spread over the cores, but not below this many keys (lockstep pays)
 
 
 def private_running_counts(
@@ -63,7 +64,7 @@ def private_running_counts(
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
     invalid: str = "refuse",
-    keys_per_shard: int = KEYS_PER_SHARD,
+    keys_per_shard: int | None = None,
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
@@ -73,10 +74,15 @@ def private_running_counts(
     other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
     "refuse" an ``InvalidInputError`` is raised here, before anything is released (the checks
     run as one Spark job); "zero" drops an invalid event, "clamp" clamps its value to [0, m] (an
-    unparsable one is dropped). A missing column or a bad key list is an ``InvalidInputError``."""
+    unparsable one is dropped). A missing column or a bad key list is an ``InvalidInputError``.
+
+    ``keys_per_shard`` (default: the keys spread over two shards per core of the session, at most
+    1 024 and at least 64 a shard) sets how many keys one Python call releases; it changes no value."""
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
+    if keys_per_shard is None:
+        keys_per_shard = batch_shard_size(keys=len(keys), cores=int(events.sparkSession.sparkContext.defaultParallelism))
     shards = _shards(keys, keys_per_shard)
     generator = generator if generator is not None else NoiseGenerator.secure()
     _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
@@ -191,6 +197,13 @@ def _apply_policy(table, *, invalid: str, max_value: int):
     if invalid == "clamp":
         return parsed.withColumn("value", F.least(F.greatest(F.col("value"), F.lit(0)), F.lit(max_value)).cast("long"))
     return parsed.where(~bad)
+
+
+def batch_shard_size(*, keys: int, cores: int) -> int:
+    """Keys a batch shard holds by default: the keys spread over two shards per core (so that every
+    core has work), at most ``KEYS_PER_SHARD`` and at least ``_MIN_SHARD`` (below that, drawing
+    the noise of a shard's keys in lockstep pays less than the Python call costs)."""
+    return min(KEYS_PER_SHARD, max(_MIN_SHARD, -(-keys // (2 * max(1, cores)))))
 
 
 def _shards(keys: Sequence[str], keys_per_shard: int) -> list[list[str]]:
@@ -509,7 +522,9 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     else:
         released, totals, pending = 0, np.zeros(len(shard_keys), dtype=np.int64), np.zeros(len(shard_keys), dtype=np.int64)
         ahead = {}
-    data = pd.concat(list(frames), ignore_index=True)
+    frames = list(frames)
+    filled = [frame for frame in frames if len(frame)]  # pandas warns about concatenating empty frames
+    data = pd.concat(filled or frames[:1], ignore_index=True)
     horizon, max_value = settings["horizon"], settings["max_value"]
     ticks = data["tick"].to_numpy(dtype=bool)
     clock = int(data["step"][ticks].max()) if ticks.any() else 0
@@ -569,15 +584,30 @@ def _run_settings(*, generator: NoiseGenerator, beta: float, lineage: str | None
 
 
 _SHARD_COUNTERS: OrderedDict[tuple[str, tuple[str, ...]], KeyedCounters] = OrderedDict()
-_SHARD_CACHE_SIZE = 8
+CACHED_KEYS = 1 << 17
+"""Keys whose counters (with their drawn noise pages) a Python worker keeps between micro-batches,
+at most; ``PURE_DP_MF_SPARK_CACHED_KEYS`` on the executors sets another number. A key holds a
+page of 2^10 int64 draws (8 KiB) for each level in use and one ahead, so a one-level mechanism
+(horizons up to a few hundred) keeps at most about 1 GiB a worker by default."""
+
+
+def _cached_keys() -> int:
+    import os
+
+    setting = os.environ.get("PURE_DP_MF_SPARK_CACHED_KEYS")
+    try:
+        return CACHED_KEYS if setting is None else max(0, int(setting))
+    except ValueError:
+        raise InvalidInputError(f"PURE_DP_MF_SPARK_CACHED_KEYS={setting!r} is not a whole number") from None
 
 
 def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
-    """The counters of one shard's keys on an executor, from the run's settings; the last
-    ``_SHARD_CACHE_SIZE`` shards are kept in the Python worker, with their drawn noise pages, so
-    the next micro-batch of a shard reuses them. Kept or rebuilt, a key's noise at a step is the
-    same pure function of (generator, key, step): caching changes no value and draws no noise
-    twice for different data."""
+    """The counters of one shard's keys on an executor, from the run's settings. The Python worker
+    keeps the most recently used shards, up to ``CACHED_KEYS`` keys in all (every shard of a
+    query of up to 131 072 keys), with their drawn noise pages, so the next micro-batch of a
+    shard reuses them instead of drawing its pages again. Kept or rebuilt, a key's noise at a step
+    is the same pure function of (generator, key, step): caching changes no value and draws no
+    noise twice for different data."""
     run = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     tag = (run, tuple(shard_keys))
     counters = _SHARD_COUNTERS.get(tag)
@@ -587,7 +617,8 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
             keys=shard_keys, rng=NoiseGenerator.from_record(settings["generator"]), _lineage=settings["lineage"], **mechanism
         )
         _SHARD_COUNTERS[tag] = counters
-        while len(_SHARD_COUNTERS) > _SHARD_CACHE_SIZE:
+        budget = _cached_keys()
+        while len(_SHARD_COUNTERS) > 1 and sum(len(cached.keys) for cached in _SHARD_COUNTERS.values()) > budget:
             _SHARD_COUNTERS.popitem(last=False)
     _SHARD_COUNTERS.move_to_end(tag)
     return counters

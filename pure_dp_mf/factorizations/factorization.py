@@ -35,6 +35,7 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf.atomic import atomic_write_bytes
+from pure_dp_mf.cache import read_array, read_entry, write_array, write_entry
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES, declared_npz, file_sha256, npz_members, read_matrix
@@ -80,7 +81,11 @@ def _as_matrix(matrix: Any, *, name: str):
 
 def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
     """L = T_n·R⁻¹ in float64 (R square and invertible), by an LU solve (LAPACK gesv, partial
-    pivoting) of Rᵀ·Lᵀ = T_nᵀ. A float approximation: what is proven about L is proven from R."""
+    pivoting) of Rᵀ·Lᵀ = T_nᵀ. A float approximation: what is proven about L is proven from R.
+
+    The same encoder (by its bytes) is solved once per process, and once per machine: the result
+    is kept in the per-machine cache (``cache.py``) under the encoder's sha256 and NumPy's version,
+    so a later process reads the solve this machine computed (a fifth of a second at k = 1 024)."""
     encoder = np.asarray(encoder, dtype=np.float64)
     n = encoder.shape[1]
     if encoder.shape[0] != n:
@@ -92,13 +97,18 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
     if cached is not None:
         _SOLVED.move_to_end(tag)
         return cached.copy()
-    try:
-        decoder = np.linalg.solve(encoder.T, np.tri(n).T).T
-    except np.linalg.LinAlgError:
-        raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist") from None
-    if not np.all(np.isfinite(decoder)):
-        raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
-    _SOLVED[tag] = decoder.copy()  # the same encoder (by its bytes) is solved once per process
+    name = f"solve-{_SOLVE_FORMAT}-{np.__version__}-{n}-{tag[1]}.npy"
+    decoder = read_array(name)
+    if decoder is None or decoder.shape != (n, n) or decoder.dtype != np.float64 or not np.all(np.isfinite(decoder)):
+        try:
+            decoder = np.linalg.solve(encoder.T, np.tri(n).T).T
+        except np.linalg.LinAlgError:
+            raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist") from None
+        if not np.all(np.isfinite(decoder)):
+            raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
+        if n >= _CACHED_SIZE:
+            write_array(name, decoder)
+    _SOLVED[tag] = decoder.copy()
     while len(_SOLVED) > _SOLVED_SIZE:
         _SOLVED.popitem(last=False)
     return decoder
@@ -106,6 +116,8 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
 
 _SOLVED: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _SOLVED_SIZE = 6
+_SOLVE_FORMAT = "v1"
+_CACHED_SIZE = 256  # smaller solves take milliseconds: not worth a file
 
 
 @dataclass
@@ -156,11 +168,25 @@ class Factorization:
         return densify(self.decoder), densify(self.encoder)
 
     def residual(self) -> float:
-        """‖L·R − T_n‖_max in float64."""
+        """‖L·R − T_n‖_max in float64. For dense matrices of size at least 256 the value is kept in
+        the per-machine cache (``cache.py``) under the sha256 of both matrices' bytes."""
+        dense = isinstance(self.decoder, np.ndarray) and isinstance(self.encoder, np.ndarray) and self.n >= _CACHED_SIZE
+        if dense:
+            text = f"{self.decoder.shape}:{self.decoder.dtype}:{array_sha256(self.decoder)}:{self.encoder.dtype}:{array_sha256(self.encoder)}"
+            name = f"residual-{_SOLVE_FORMAT}-{np.__version__}-{hashlib.sha256(text.encode()).hexdigest()}.json"
+            record = read_entry(name)
+            if record is not None and record.get("of") == text:
+                try:
+                    return float.fromhex(record["residual"])
+                except (KeyError, TypeError, ValueError):
+                    pass
         product = self.decoder @ self.encoder
         if issparse(product):
             product = product.toarray()
-        return float(np.max(np.abs(np.asarray(product, dtype=np.float64) - np.tri(self.n))))
+        residual = float(np.max(np.abs(np.asarray(product, dtype=np.float64) - np.tri(self.n))))
+        if dense:
+            write_entry(name, {"of": text, "residual": residual.hex()})
+        return residual
 
     def validate(self, *, tolerance: float = DEFAULT_TOLERANCE) -> float:
         """Check that L·R = T_n within ``tolerance`` (max-entry); return the residual."""

@@ -154,10 +154,10 @@ def base_digest(base: Factorization) -> str:
 _ATOMS: dict[str, ExactDecoder] = {}
 
 
-def exact_decoder(base: Factorization) -> ExactDecoder:
-    """The base's ``lattice.ExactDecoder``, computed once per process and base (``base_digest``):
-    at k = 1024 it costs two exact integer products."""
-    digest = base_digest(base)
+def exact_decoder(base: Factorization, *, digest: str | None = None) -> ExactDecoder:
+    """The base's ``lattice.ExactDecoder``, computed once per process and base (``base_digest``,
+    or ``digest`` when the caller has computed it): at k = 1024 it costs two exact integer products."""
+    digest = digest or base_digest(base)
     if digest not in _ATOMS:
         decoder, encoder = base.dense()
         _ATOMS[digest] = ExactDecoder.from_factorization(decoder=decoder, encoder=encoder)
@@ -194,10 +194,11 @@ def lifted(
     base_file = None if isinstance(base, Factorization) else str(Path(base).resolve())
     factorization = base if isinstance(base, Factorization) else _load(base_file)
     metric = metric or factorization.metric or "maxse"
-    family = _family(factorization, metric)
+    digest = base_digest(factorization)
+    family = _family(factorization, metric, digest=digest)
     plan = family.plan(n=horizon, top_alpha=top_alpha)
     assert plan.sensitivity_exact is not None  # planned with the exact sensitivity (the default)
-    atoms = exact_decoder(factorization)
+    atoms = exact_decoder(factorization, digest=digest)
     decoder = LiftedDecoder(decoder=atoms.decoder, alphas=[1.0] * (plan.levels - 1), rows=horizon)
     name = f"lifted base {Path(base_file).name}" if base_file else f"lifted base factorization of T_{factorization.n}"
     return Mechanism(
@@ -210,7 +211,7 @@ def lifted(
         record={
             "kind": "lifted",
             "base": base_file,
-            "base_sha256": base_digest(factorization),
+            "base_sha256": digest,
             "certificate": None if certificate is None else str(Path(certificate).resolve()),
             "metric": metric,
             "base_size": factorization.n,
@@ -229,12 +230,12 @@ def _load(path: str) -> Factorization:
 _FAMILIES: dict[tuple[str, str], object] = {}
 
 
-def _family(base: Factorization, metric: str):
-    """The base's ``LiftedFamily`` for ``metric``, once per process (it checks that the base
-    factors T_k and sums its columns exactly)."""
+def _family(base: Factorization, metric: str, *, digest: str):
+    """The base's ``LiftedFamily`` for ``metric``, once per process and base (``digest``, its
+    ``base_digest``): it checks that the base factors T_k and sums its columns exactly."""
     from pure_dp_mf.mechanisms.lift import LiftedFamily
 
-    key = (base_digest(base), metric)
+    key = (digest, metric)
     if key not in _FAMILIES:
         _FAMILIES[key] = LiftedFamily(base=base, metric=metric)
     return _FAMILIES[key]
