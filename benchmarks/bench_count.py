@@ -132,7 +132,12 @@ def command_seconds(command: list[str], *, stdin: Path | None, cwd: Path, env: d
     started = time.perf_counter()
     with open(stdin, "rb") if stdin is not None else open(os.devnull, "rb") as source:
         result = subprocess.run(
-            command, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env={**env, "BENCH_PEAK_FILE": str(peak_file)}
+            command,
+            stdin=source,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env={**env, "BENCH_PEAK_FILE": str(peak_file)},
         )
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
@@ -241,9 +246,13 @@ def against(revision: str, *, base: Path, n: int, repeats: int, folder: Path) ->
         for _ in range(repeats):
             for root in (old, ROOT):
                 peaks = memory.setdefault((root, state), {})
-                rates[root].append(command_rates(root=root, base=base, n=n, repeats=1, state=state, folder=folder, memory=peaks)[0])
+                rates[root].append(
+                    command_rates(root=root, base=base, n=n, repeats=1, state=state, folder=folder, memory=peaks)[0]
+                )
         before, after = statistics.median(rates[old]), statistics.median(rates[ROOT])
-        print(f"| {label}, end to end | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |", flush=True)
+        print(
+            f"| {label}, end to end | {rate(GOALS[label])} | {rate(before)} | {rate(after)} | {after / before:.2f}× |", flush=True
+        )
     small = max(1, n // 10)
     for root in (old, ROOT):
         for state in (False, True):

@@ -381,7 +381,9 @@ def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict],
         )
         faster = [batch["keys"] for batch in batches if batch["spark_seconds"] < batch["local_seconds"]]
         where = (
-            f"Spark faster from {min(faster):,} keys" if faster else f"Spark slower up to {max(batch['keys'] for batch in batches):,} keys"
+            f"Spark faster from {min(faster):,} keys"
+            if faster
+            else f"Spark slower up to {max(batch['keys'] for batch in batches):,} keys"
         )
         print(f"| Spark batch × {batches[0]['steps']} steps, local[2] | ≤ 2× local, and where Spark wins | {cells}; {where} |")
     if memory:
@@ -490,7 +492,9 @@ def main() -> None:
         )
     rates, last, measured = {}, {}, {}
     for lockstep in (False, True) if arguments.per_key else (True,):
-        result = measured[lockstep] = throughput(arguments.keys, arguments.steps, lockstep=lockstep, repeats=arguments.repeats, base=arguments.base)
+        result = measured[lockstep] = throughput(
+            arguments.keys, arguments.steps, lockstep=lockstep, repeats=arguments.repeats, base=arguments.base
+        )
         rates[lockstep], last[lockstep] = result["key_steps_per_second"], result["last_counts"]
         print(
             f"local engine, noise pages {'in lockstep' if lockstep else 'one key at a time'}: "

@@ -29,8 +29,16 @@ def _settings():
     generator = NoiseGenerator.from_seed(3)
     with pytest.warns(UserWarning, match="seeded"):
         return spark_engine._run_settings(
-            generator=generator, beta=0.05, epsilon=1.0, horizon=20, base=None, metric="maxse", max_value=1,
-            privacy_unit="event", max_keys=None, max_per_key=None,
+            generator=generator,
+            beta=0.05,
+            epsilon=1.0,
+            horizon=20,
+            base=None,
+            metric="maxse",
+            max_value=1,
+            privacy_unit="event",
+            max_keys=None,
+            max_per_key=None,
         )
 
 
@@ -46,7 +54,9 @@ def test_the_shard_cache_keeps_keys_up_to_its_budget_and_changes_no_value(monkey
     assert list(spark_engine._SHARD_COUNTERS.values()) == [second]
     again = spark_engine._shard_counters(["a", "b", "c"], settings)  # rebuilt: the same noise
     assert again is not first
-    np.testing.assert_array_equal(again.release_steps(increments, start=0, totals=np.zeros(3, dtype=np.int64), beta=0.05)[0], released)
+    np.testing.assert_array_equal(
+        again.release_steps(increments, start=0, totals=np.zeros(3, dtype=np.int64), beta=0.05)[0], released
+    )
     monkeypatch.setenv("PURE_DP_MF_SPARK_CACHED_KEYS", "0")  # nothing kept beyond the shard in use
     spark_engine._shard_counters(["g"], settings)
     assert len(spark_engine._SHARD_COUNTERS) == 1
