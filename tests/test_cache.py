@@ -86,7 +86,11 @@ def test_a_base_solve_and_residual_are_kept_and_read_back_equal(tmp_path, monkey
     np.testing.assert_array_equal(decoder_from_encoder(encoder), computed)  # computed, then written
     (solve,) = tmp_path.glob("solve-*.npy")
     module._SOLVED.clear()
-    np.save(solve, computed * 2)  # an entry that lies is believed (trusted like the code) ...
+    read = decoder_from_encoder(encoder)  # read back: equal, in the solve's memory layout, so equal sums
+    assert read.strides == computed.strides and read.flags["F_CONTIGUOUS"] == computed.flags["F_CONTIGUOUS"]
+    assert (read**2).sum(axis=1).tobytes() == (computed**2).sum(axis=1).tobytes()
+    module._SOLVED.clear()
+    np.save(solve, (computed * 2).T)  # an entry that lies is believed (trusted like the code) ...
     np.testing.assert_array_equal(decoder_from_encoder(encoder), computed * 2)
     for damaged in (np.zeros((k, k + 1)), np.full((k, k), np.nan)):  # ... but not one of another shape, or not finite
         np.save(solve, damaged)
@@ -95,7 +99,7 @@ def test_a_base_solve_and_residual_are_kept_and_read_back_equal(tmp_path, monkey
     solve.write_bytes(b"not an array")
     module._SOLVED.clear()
     np.testing.assert_array_equal(decoder_from_encoder(encoder), computed)
-    np.testing.assert_array_equal(np.load(solve), computed)  # written again
+    np.testing.assert_array_equal(np.load(solve).T, computed)  # written again
     assert Factorization(decoder=computed, encoder=encoder).residual() == residual  # computed, then written
     (entry,) = tmp_path.glob("residual-*.json")
     assert Factorization(decoder=computed, encoder=encoder).residual() == residual  # read back

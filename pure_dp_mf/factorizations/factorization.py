@@ -84,8 +84,10 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
     pivoting) of Rᵀ·Lᵀ = T_nᵀ. A float approximation: what is proven about L is proven from R.
 
     The same encoder (by its bytes) is solved once per process, and once per machine: the result
-    is kept in the per-machine cache (``cache.py``) under the encoder's sha256 and NumPy's version,
-    so a later process reads the solve this machine computed (a fifth of a second at k = 1 024)."""
+    is kept in the per-machine cache (``cache.py``) under the encoder's sha256 and the linear
+    algebra it was computed with (NumPy's version, the BLAS library, its version and its number of
+    threads, on which the last bits of a solve depend), so a later process reads exactly the
+    solve it would compute (a fifth of a second at k = 1 024)."""
     encoder = np.asarray(encoder, dtype=np.float64)
     n = encoder.shape[1]
     if encoder.shape[0] != n:
@@ -97,8 +99,9 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
     if cached is not None:
         _SOLVED.move_to_end(tag)
         return cached.copy()
-    name = f"solve-{_SOLVE_FORMAT}-{np.__version__}-{n}-{tag[1]}.npy"
-    decoder = read_array(name)
+    name = f"solve-{_SOLVE_FORMAT}-{_arithmetic()}-{n}-{tag[1]}.npy"
+    stored = read_array(name)  # Lᵀ as the solve gives it, so that L has the solve's memory layout too
+    decoder = None if stored is None else stored.T  # (float sums over L depend on its layout)
     if decoder is None or decoder.shape != (n, n) or decoder.dtype != np.float64 or not np.all(np.isfinite(decoder)):
         try:
             decoder = np.linalg.solve(encoder.T, np.tri(n).T).T
@@ -107,7 +110,7 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
         if not np.all(np.isfinite(decoder)):
             raise InvalidInputError("the encoder is singular: L = T_n·R⁻¹ does not exist")
         if n >= _CACHED_SIZE:
-            write_array(name, decoder)
+            write_array(name, decoder.T)
     _SOLVED[tag] = decoder.copy()
     while len(_SOLVED) > _SOLVED_SIZE:
         _SOLVED.popitem(last=False)
@@ -116,8 +119,22 @@ def decoder_from_encoder(encoder: np.ndarray) -> np.ndarray:
 
 _SOLVED: OrderedDict[tuple, np.ndarray] = OrderedDict()
 _SOLVED_SIZE = 6
-_SOLVE_FORMAT = "v1"
+_SOLVE_FORMAT = "v2"  # v2: the entry holds Lᵀ
 _CACHED_SIZE = 256  # smaller solves take milliseconds: not worth a file
+
+
+def _arithmetic() -> str:
+    """A digest of what a float solve or product here depends on besides its operands: NumPy's
+    version and each BLAS library loaded (its API, version and number of threads, read now, so
+    that ``threadpool_limits`` counts)."""
+    from threadpoolctl import threadpool_info
+
+    pools = sorted(
+        f"{pool.get('internal_api')}:{pool.get('version')}:{pool.get('num_threads')}"
+        for pool in threadpool_info()
+        if pool.get("user_api") == "blas"
+    )
+    return hashlib.sha256(f"{np.__version__}|{'|'.join(pools)}".encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -169,11 +186,12 @@ class Factorization:
 
     def residual(self) -> float:
         """‖L·R − T_n‖_max in float64. For dense matrices of size at least 256 the value is kept in
-        the per-machine cache (``cache.py``) under the sha256 of both matrices' bytes."""
+        the per-machine cache (``cache.py``) under the sha256 of both matrices' bytes and the
+        linear algebra it was computed with (as ``decoder_from_encoder``)."""
         dense = isinstance(self.decoder, np.ndarray) and isinstance(self.encoder, np.ndarray) and self.n >= _CACHED_SIZE
         if dense:
             text = f"{self.decoder.shape}:{self.decoder.dtype}:{array_sha256(self.decoder)}:{self.encoder.dtype}:{array_sha256(self.encoder)}"
-            name = f"residual-{_SOLVE_FORMAT}-{np.__version__}-{hashlib.sha256(text.encode()).hexdigest()}.json"
+            name = f"residual-{_SOLVE_FORMAT}-{_arithmetic()}-{hashlib.sha256(text.encode()).hexdigest()}.json"
             record = read_entry(name)
             if record is not None and record.get("of") == text:
                 try:
