@@ -1,19 +1,20 @@
 """The per-machine cache of results that are costly to compute and a pure function of their key.
 
-Entries are JSON records or NumPy arrays (``.npy``), one file each, in ``cache_folder()``: ``$PURE_DP_MF_CACHE`` ("off": no
-cache), else ``$XDG_CACHE_HOME/pure_dp_mf`` (default ``~/.cache/pure_dp_mf``), created with mode
-0700. Four kinds live there: proven decoder bounds (``release/lattice.py``: about half a minute of
-exact arithmetic for a k = 2048 base), the exact costs of the tree mechanisms at a horizon
-(``mechanisms/trees.py``: about half a second a horizon, paid by every ``count`` that ranks the
-mechanisms), and, for each base a process loads, the float decoder T_k·R⁻¹ of its encoder and the
-float residual ‖L·R − T_k‖_max (``factorizations/factorization.py``: a fifth of a second each at
-k = 1 024, paid by every ``count`` at start-up). None of them is what privacy rests on: the
-encoder and the exact sensitivity are always read and computed from the base file itself, and a
-decoder bound is proven for the exact integer matrices its entry names. Each entry names what it was computed from (its key holds the inputs or a digest of
-them and of the code that computed it), and a reader checks that name before using it; an entry
-that cannot be read is computed again. An entry is trusted like the installed code (a user who
-can write it can also change the code). Writing is atomic; a cache that cannot be written only
-costs the next process the computation."""
+Entries are JSON records or NumPy arrays (``.npy``), one file each, in ``cache_folder()``:
+``$PURE_DP_MF_CACHE`` ("off": no cache), else ``$XDG_CACHE_HOME/pure_dp_mf`` (default
+``~/.cache/pure_dp_mf``), created with mode 0700. Four kinds live there: proven decoder bounds
+(``release/lattice.py``: about half a minute of exact arithmetic for a k = 2048 base), the exact
+costs of the tree mechanisms at a horizon (``mechanisms/trees.py``: about half a second a
+horizon, paid by every ``count`` that ranks the mechanisms), and, for each base a process loads,
+the float decoder T_k·R⁻¹ of its encoder and the float residual ‖L·R − T_k‖_max
+(``factorizations/factorization.py``: a fifth of a second each at k = 1 024, paid by every
+``count`` at start-up). The last two bear on accuracy only: the encoder and the exact
+sensitivity are always read and computed from the base file itself, and the decoder bound is
+proven for the exact integer matrices its entry names. Each entry names what it was computed
+from (its key holds the inputs or a digest of them and of the code that computed it), and a
+reader checks that name before using it; an entry that cannot be read is computed again. An
+entry is trusted like the installed code (a user who can write it can also change the code).
+Writing is atomic; a cache that cannot be written only costs the next process the computation."""
 
 from __future__ import annotations
 
