@@ -76,6 +76,13 @@ UNIT_WORDS = {  # what one privacy unit is, in words (``str.format`` with m, K a
 }
 
 
+def check_privacy_unit(privacy_unit: str) -> str:
+    """One of ``PRIVACY_UNITS``, else one error naming the flag."""
+    if privacy_unit not in PRIVACY_UNITS:
+        raise InvalidInputError(f"--privacy-unit must be one of {', '.join(PRIVACY_UNITS)}, got {privacy_unit!r}")
+    return privacy_unit
+
+
 def check_keys(keys: Iterable[str]) -> list[str]:
     """The public key list: non-empty, no duplicates, no empty key."""
     keys = [str(key) for key in keys]
@@ -281,9 +288,7 @@ class KeyedCounters(_KeyedState):
         self.epsilon = check_epsilon(epsilon)
         self.horizon = None if horizon is None else check_size(horizon, name="horizon")
         self.max_value = check_size(max_value, name="max_value")
-        if privacy_unit not in PRIVACY_UNITS:
-            raise InvalidInputError(f"--privacy-unit must be one of {', '.join(PRIVACY_UNITS)}, got {privacy_unit!r}")
-        self.privacy_unit = privacy_unit
+        self.privacy_unit = check_privacy_unit(privacy_unit)
         self.chunk = check_size(chunk, name="chunk")
         self.rng = rng if rng is not None else NoiseGenerator.secure()
         if not isinstance(self.rng, NoiseGenerator):

@@ -61,12 +61,12 @@ from dataclasses import asdict, dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from pure_dp_mf.engines.keyed import check_privacy_unit
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
-PRIVACY_UNITS = ("step", "event", "user-step", "user")
 EPSILON_RANGE = (1e-6, 1e6)
 """The ε the search considers (a known horizon)."""
 ANYTIME_SCALE_LIMIT = 1e4
@@ -337,8 +337,7 @@ def _setting(
         raise InvalidInputError(f"--beta must be a number in (0, 1), got {beta!r}")
     if metric not in METRICS:
         raise InvalidInputError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    if privacy_unit not in PRIVACY_UNITS:
-        raise InvalidInputError(f"--privacy-unit must be one of {', '.join(PRIVACY_UNITS)}, got {privacy_unit!r}")
+    check_privacy_unit(privacy_unit)
     max_value = check_size(max_value, name="--max-value")
     _check_mechanism(mechanism=mechanism, base=base, horizon=horizon, privacy_unit=privacy_unit)
     if privacy_unit in ("user-step", "user"):
