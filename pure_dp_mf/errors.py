@@ -28,3 +28,32 @@ class FactorizationFileError(PureDPMFError):
 
 class NotAFactorizationError(PureDPMFError):
     """L·R differs from the workload by more than the tolerance."""
+
+
+#: The optional packages and the extra of ``pure_dp_mf`` that installs each (pyproject.toml): the
+#: core counts, certifies (FLINT), verifies, lifts and compares without any of them.
+OPTIONAL_PACKAGES = {
+    "matplotlib": "plot",
+    "sympy": "sympy",
+    "dp_accounting": "gaussian",
+    "torch": "train",
+    "pandas": "dataframe",
+    "polars": "dataframe",
+    "pyspark": "spark",
+    "pyarrow": "parquet",
+    "opendp": "opendp",
+    "psycopg": "postgres",
+}
+
+
+def missing_extra(error: ModuleNotFoundError) -> PureDPMFError | None:
+    """The user error for an optional package that is not installed (``None`` for any other
+    missing module, which is a bug): it names the package and the extra that installs it."""
+    top = (error.name or "").partition(".")[0]
+    extra = OPTIONAL_PACKAGES.get(top)
+    if extra is None:
+        return None
+    return PureDPMFError(
+        f"this needs the optional package {top}, which is not installed: "
+        f"pip install '.[{extra}]' in a checkout of pure-dp-mf (or pip install {top})"
+    )

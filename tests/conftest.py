@@ -20,7 +20,13 @@ if "PURE_DP_MF_TEST_REGISTRY" not in os.environ:
 os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(os.environ["PURE_DP_MF_TEST_REGISTRY"], f"registry-{os.getpid()}.sqlite3")
 
 
-def run_cli(*arguments: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+#: The time limit of every subprocess a test starts, in seconds. It only stops a run that hangs, so
+#: that a broken change fails instead of stalling the suite; it is never a speed check (speed is
+#: measured in benchmarks/), and it is generous because CI machines are shared and slow at times.
+SAFETY_LIMIT = 900
+
+
+def run_cli(*arguments: str, input_text: str | None = None, timeout: float = SAFETY_LIMIT) -> subprocess.CompletedProcess:
     """Run ``pure-dp-mf`` through its real entry point (``main``), as a user would."""
     return subprocess.run(
         [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],

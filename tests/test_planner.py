@@ -5,7 +5,9 @@ imports neither the Gaussian side, scipy.signal nor torch."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 
@@ -35,10 +37,24 @@ def test_the_shipped_profiles_are_a_fresh_build(tmp_path):
 
 
 @pytest.mark.parametrize("n", [2, 10, 100, 1500, 5000, 10**6, 2**40])
-def test_profiles_plan_exactly_what_the_matrices_plan(n):
+def test_profiles_plan_what_the_matrices_plan(n):
+    """The same choice (base, levels, metric) and the same errors from the profiles as from the
+    matrices. The errors are float64 sums over the float decoder T_k·R⁻¹, whose last bits depend on
+    the BLAS library and its threads (the profiles were computed on another machine), so they are
+    compared to 10⁻¹² relative, as the profiles' row norms are; every privacy quantity is exact
+    and read from the matrices, and the exact fields must be equal."""
     from_profiles = planner.lifted_rows(n=n)
     from_files = planner.lifted_rows(n=n, directory=BASE_FOLDER)
-    assert from_profiles == from_files
+    assert len(from_profiles) == len(from_files)
+    for planned, computed in zip(from_profiles, from_files, strict=True):
+        for field in dataclasses.fields(planned):
+            value, expected = getattr(planned, field.name), getattr(computed, field.name)
+            if isinstance(expected, float) and not math.isnan(expected):
+                assert value == pytest.approx(expected, rel=1e-12, abs=0), (n, field.name)
+            elif isinstance(expected, float):
+                assert math.isnan(value), (n, field.name)
+            else:
+                assert value == expected, (n, field.name)
 
 
 @pytest.mark.parametrize("n", [3, 100, 3000])

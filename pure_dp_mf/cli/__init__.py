@@ -17,7 +17,7 @@ import warnings
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
-from pure_dp_mf.errors import PureDPMFError
+from pure_dp_mf.errors import PureDPMFError, missing_extra
 
 COMMANDS = {
     "audit": ("audit",),
@@ -49,8 +49,11 @@ def load_commands(argv: list[str] | None = None) -> None:
         try:
             importlib.import_module(f"{__name__}.{module}")
         except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{module}":
-                raise
+            if error.name == f"{__name__}.{module}":
+                continue
+            user_error = missing_extra(error)
+            if user_error is None or named in COMMANDS:  # the command asked for needs it: say which extra
+                raise user_error or error from None
 
 
 def _say(message: str) -> None:
@@ -60,12 +63,18 @@ def _say(message: str) -> None:
 def main() -> None:
     """Entry point of the ``pure-dp-mf`` script."""
     warnings.filterwarnings("ignore", message="seeded noise")  # the command says it in its own words
-    load_commands()
     try:
+        load_commands()
         code = app(standalone_mode=False)  # usage errors come back as exceptions, not a box
     except PureDPMFError as error:
         _say(f"error: {error}")
         sys.exit(error.exit_code)
+    except ModuleNotFoundError as error:  # an optional extra that is not installed: one line naming it
+        user_error = missing_extra(error)
+        if user_error is None:
+            raise
+        _say(f"error: {user_error}")
+        sys.exit(user_error.exit_code)
     except typer.TyperException as error:  # unknown flag, a value that does not parse, …
         context = getattr(error, "ctx", None)
         where = f" (see {context.command_path} --help)" if context is not None else ""
