@@ -57,3 +57,14 @@ def missing_extra(error: ModuleNotFoundError) -> PureDPMFError | None:
         f"this needs the optional package {top}, which is not installed: "
         f"pip install '.[{extra}]' in a checkout of pure-dp-mf (or pip install {top})"
     )
+
+
+def require_extra(package: str) -> None:
+    """Refuse up front, before anything is released or charged, a feature whose optional package
+    (a key of ``OPTIONAL_PACKAGES``) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        error = missing_extra(ModuleNotFoundError(name=package))
+        assert error is not None, package
+        raise error

@@ -14,7 +14,7 @@ from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.io import StepReader
 from pure_dp_mf.engines.runs import check_output_options, describe, metadata, run_stream
-from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.errors import InvalidInputError, require_extra
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
@@ -178,6 +178,8 @@ def count(
     rows = key_column is not None or step_column is not None  # event rows: csv by default
     if plot is not None and (output is None or output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1):
         raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
+    if plot is not None:
+        require_extra("matplotlib")
     if rows:
         _count_keyed(**params)
     else:

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from pure_dp_mf.cli.app import app, console, error_console, print_table
+from pure_dp_mf.errors import require_extra
 from pure_dp_mf.reports.reproduce import reproduce as run
 
 SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them all)
@@ -40,9 +41,7 @@ SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them al
 @app.command()
 def reproduce(
     out: Path = typer.Option(Path("reproduce_out"), "--out", help="folder for report.md, report.json and the PNG figures"),
-    quick: bool = typer.Option(
-        False, "--quick", help="smaller Gaussian instance, fewer streaming runs, coarser figure (< 2 minutes)"
-    ),
+    quick: bool = typer.Option(False, "--quick", help="smaller Gaussian instance, fewer streaming runs, coarser figures"),
     n: int | None = typer.Option(None, "--n", help="one more stream length for the comparison and lower-bound tables"),
     certificates: Path | None = typer.Option(
         None, "--certificates", help="certificate folder (default: the repository's certificates/)"
@@ -58,6 +57,7 @@ def reproduce(
 ) -> None:
     """Re-verify every certificate and reproduce Arkhipov & Kalinin's Tables 1–2, the comparison, lower bounds,
     Choquette-Choo et al.'s Gaussian comparison and a streaming demonstration, into OUT/report.md."""
+    require_extra("matplotlib")  # the report's figures (the `report` extra), refused before any section runs
 
     with console.status("reproducing") as status:
         result = run(
