@@ -198,22 +198,26 @@ class Counter:
         return counter
 
     def _charge(self, budget: str | None, *, state) -> None:
-        """Charge ε to the named budget before anything is released (``budget.charge_counter``:
-        once per lineage, so a resumed counter is not charged twice); refused: nothing runs."""
+        """Check ε against the named budget now (refused: nothing runs, no state is made) and
+        charge it with the first released step (``budget.PendingCharge``: in the same transaction
+        as that step with a state; once per lineage, so a resumed counter is not charged twice; a
+        run that releases nothing is charged nothing)."""
         if budget is None:
             return
-        from pure_dp_mf.engines.budget import charge_counter
+        from pure_dp_mf.engines.budget import PendingCharge
 
         journal = self._counter.journal
         what = f"single counter, {self._counter.mechanism.name}, unit: one step's value ≤ {self._counter.max_value}"
+        pending = PendingCharge(
+            budget=budget,
+            epsilon=self._counter.epsilon,
+            lineage=self._counter.lineage,
+            what=what + (f", state {state}" if state is not None else ""),
+            registry=None if journal is None else journal.registry,
+        )
         try:
-            charge_counter(
-                budget=budget,
-                epsilon=self._counter.epsilon,
-                lineage=self._counter.lineage,
-                what=what + (f", state {state}" if state is not None else ""),
-                registry=None if journal is None else journal.registry,
-            )
+            if pending.check():
+                self._counter.pending_charge = pending
         except BaseException:
             self._counter.close()
             raise

@@ -207,11 +207,14 @@ class Journal:
     def lineage(self) -> str:
         return str(self.header["lineage"])
 
-    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None) -> None:
+    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None, also: Any = None) -> None:
         """One atomic, durable commit: the released count, the progress record, the released rows
         of steps ``first`` … released − 1 (0-based; kept as ``history`` says) and the lineage's
-        record in the registry."""
+        record in the registry; ``also(connection)``, when given, joins the same transaction (the
+        budget charge of a counter's first released step, ``budget.charge``)."""
         with _transaction(self._live(), self.path) as connection:
+            if also is not None:
+                also(connection)
             connection.execute("UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress)))
             if rows is not None and first is not None and released > first:
                 if not self.header["history"]:
