@@ -98,6 +98,7 @@ class _CounterState:
         if self.released:
             journal.commit(released=self.released, progress=_progress(self._sums, self.last_release, self._fit))
         self.journal = journal
+        ledger.claim_home(self.lineage)  # type: ignore[attr-defined]  # a ContinualCounter
         return journal.path
 
     @property
@@ -246,11 +247,13 @@ class ContinualCounter(_CounterState):
         return cls(epsilon=epsilon, mechanism=mechanism, **options)
 
     @classmethod
-    def resume(cls, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None, **expected) -> ContinualCounter:
+    def resume(
+        cls, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None, read_only: bool = False, **expected
+    ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again (locked, checked against the registry).
         Options given in ``expected`` (epsilon, horizon, max_value, monotone, dimension, rng)
-        must match the state's."""
-        journal = Journal.open(path, registry=registry_path)
+        must match the state's. ``read_only``: to read its releases back only (``Journal.open``)."""
+        journal = Journal.open(path, registry=registry_path, read_only=read_only)
         try:
             header = journal.header
             if header.get("engine") != "continual":
@@ -266,6 +269,8 @@ class ContinualCounter(_CounterState):
                 _lineage=header["lineage"],
             )
             counter._restore(journal)
+            if not read_only:
+                ledger.claim_home(counter.lineage)
             return counter
         except BaseException:
             journal.close()
@@ -307,8 +312,8 @@ class ContinualCounter(_CounterState):
 
     def counts(self, values) -> np.ndarray:
         """Release the next steps: int64 array of shape (m,) (d = 1) or (m, d)."""
-        if self.closed:
-            raise StateFileError("the counter was closed or its state moved away; it releases nothing more")
+        if self.closed or (self.journal is not None and self.journal.read_only):
+            raise StateFileError("the counter was closed, its state moved away or opened to read only; it releases nothing more")
         steps = check_steps(values, dimension=self.dimension, max_value=self.max_value)
         m = steps.shape[0]
         if self.horizon is not None and self.released + m > self.horizon:
@@ -383,7 +388,14 @@ def _quick_update(counter: ContinualCounter, value) -> int | None:
     no monotone fit, an int in [0, m], every number far inside int64): the same noise, the
     same journal commit (rows and progress as ``counts`` writes them), the same result; None
     where ``counts`` must decide (errors included)."""
-    if counter._fit is not None or counter.closed or type(value) not in (int, np.int64) or not 0 <= value <= counter.max_value:
+    if (
+        counter._fit is not None
+        or counter.closed
+        or counter.journal is not None
+        and counter.journal.read_only
+        or type(value) not in (int, np.int64)
+        or not 0 <= value <= counter.max_value
+    ):
         return None
     t = counter.released
     if (counter.horizon is not None and t >= counter.horizon) or counter.max_value * (t + 1) >= SAFE:

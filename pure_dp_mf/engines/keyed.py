@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
@@ -226,6 +227,7 @@ class _KeyedState:
         self.journal = Journal.create(
             path, header=self._header(), progress=self._progress(self.sums), history=False, registry=registry_path
         )
+        ledger.claim_home(self.lineage)
         return self.journal.path
 
     def close(self) -> None:
@@ -352,8 +354,6 @@ class KeyedCounters(_KeyedState):
         each step (for a key that left the process, ``ledger.guard_for``; one digest per step over
         the vector of every key's input, the keys fixed by the publication), and the pending budget
         charge, charged now without a state or returned for the journal commit (one transaction)."""
-        from pure_dp_mf.engines import ledger
-
         guard = ledger.guard_for(self, self.publication_spec)
         if guard is not None:
             guard.check(first=first, inputs=[np.asarray(row, dtype="<i8").tobytes() for row in increments])
@@ -557,6 +557,7 @@ class KeyedCounters(_KeyedState):
                 for user, entries in progress["bounder"]["users"].items():
                     counters.bounder.restore_user(user, entries)
             counters.journal = journal
+            ledger.claim_home(counters.lineage)
             return counters
         except BaseException:
             journal.close()

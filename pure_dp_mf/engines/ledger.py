@@ -303,28 +303,29 @@ class Ledger:
 
     # ------------------------------------------------------------------ homes of states
 
-    def adopt(self, *, lineage: str, home: str, force_from: str | None = None) -> str:
-        """Record that ``lineage``'s state lives at ``home`` (``host:path``), logged; returns the
-        previous home or "". Refused when the ledger knows the lineage at another home, unless that
-        home is ``force_from`` (a move the caller has made explicit)."""
+    def adopt(self, *, lineage: str, home: str, force_from: str | None = None, event: str = "adopt") -> str:
+        """Record that ``lineage``'s state lives on the machine ``home`` (its name), logged; returns
+        the previous home or "". Refused when the ledger knows the lineage on another machine,
+        unless that machine is ``force_from`` (a move the caller has made explicit)."""
 
         def adopt_in(run) -> str:
             rows = run("SELECT home FROM lineage_homes WHERE lineage = ?", (lineage,))
             previous = rows[0][0] if rows else ""
             if previous and previous != home and previous != force_from:
                 raise LedgerError(
-                    f"the ledger knows this state's lineage at {previous}: two copies of one state would release the same "
-                    f"steps twice; resume that one, or move it explicitly (pure-dp-mf ledger adopt STATE --from {previous})"
+                    f"the ledger knows this state's lineage on the machine {previous!r}: two copies of one state would "
+                    "release the same steps twice; resume it there, or move it here explicitly, once "
+                    f"(pure-dp-mf ledger adopt STATE --from {previous})"
                 )
+            if previous == home and event != "adopt":
+                return previous
             now = time.time()
             if rows:
                 run("UPDATE lineage_homes SET home = ?, updated = ? WHERE lineage = ?", (home, now, lineage))
             else:
                 run("INSERT INTO lineage_homes VALUES (?, ?, ?)", (lineage, home, now))
-            run(
-                "INSERT INTO ledger_log VALUES (?, ?, ?)",
-                (now, "adopt", json.dumps({"lineage": lineage, "from": previous, "to": home})),
-            )
+            detail = json.dumps({"lineage": lineage, "from": previous, "to": home})
+            run("INSERT INTO ledger_log VALUES (?, ?, ?)", (now, event, detail))
             return previous
 
         return self._retrying(adopt_in)
@@ -383,6 +384,22 @@ def open_ledger(url: str | None = None) -> Ledger:
 
 
 # ------------------------------------------------------------------ what engines call
+
+
+def machine() -> str:
+    """This machine's name in the ledger: ``$PURE_DP_MF_MACHINE`` (for containers whose host name
+    changes at each start), else the host name."""
+    import socket
+
+    return os.environ.get("PURE_DP_MF_MACHINE") or socket.gethostname()
+
+
+def claim_home(lineage: str) -> None:
+    """A state of ``lineage`` is opened to release on this machine: refused when the ledger knows
+    the lineage on another machine (a copy there, or a backup restored here while the state goes
+    on there); recorded when new. Moves between machines are explicit (``adopt``). Moves on one
+    machine are the registry's (``registry.check_state``)."""
+    open_ledger().adopt(lineage=lineage, home=machine(), event="open")
 
 
 def step_digest(key: bytes, *, step: int, data: bytes) -> str:

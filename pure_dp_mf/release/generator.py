@@ -132,10 +132,15 @@ class NoiseGenerator:
         if generator.seeded:
             raise InvalidInputError(f"key file {target} holds a seeded key: a key file is for private releases")
         from pure_dp_mf.engines.ledger import Publication, open_ledger
-        from pure_dp_mf.engines.registry import bind_key_file
+        from pure_dp_mf.engines.registry import bind_key_file, unbind_key_file
 
-        name = open_ledger().claim(Publication(name=str(query), key_tag=generator_tag(generator.key), corrects=corrects))
-        bind_key_file(target, key=generator.key, query=str(query), registry=registry)
+        bound = bind_key_file(target, key=generator.key, query=str(query), registry=registry)
+        try:
+            name = open_ledger().claim(Publication(name=str(query), key_tag=generator_tag(generator.key), corrects=corrects))
+        except BaseException:
+            if bound:  # the ledger refused: this machine's registry keeps no binding of the refused query
+                unbind_key_file(target, query=str(query), registry=registry)
+            raise
         return replace(generator, publication=name)
 
     @classmethod
