@@ -20,8 +20,10 @@ outside every state, can, on one machine:
 * ``budgets`` and ``spends``: named privacy budgets and what each counter drew from them
   (``budget.py``).
 
-Blind spot: a state moved to another machine (or a deleted registry) is unknown here; such a
-state with released steps is accepted and registered, and the docs say so (docs/privacy.md).
+A state moved from another machine (or kept past a deleted registry) is unknown here: with
+released steps it is read (``Journal.open(read_only=True)``) but resumed only once adopted,
+explicitly (``journal.adopt``, ``pure-dp-mf ledger adopt``; the ledger, ``engines.ledger``,
+refuses the adoption while it knows the lineage on another machine). docs/privacy.md.
 
 Location: ``$PURE_DP_MF_REGISTRY`` if set, else ``$XDG_STATE_HOME/pure_dp_mf/registry.sqlite3``
 (default ``~/.local/state/pure_dp_mf/registry.sqlite3``), created mode 0600 in a folder of mode
