@@ -362,3 +362,26 @@ def test_every_output_of_a_seeded_run_says_so(ledger_url, tmp_path):
     assert shown.returncode == 0 and "seeded noise" in shown.stderr
     jsonl = cli("releases", str(state), "--format", "jsonl")
     assert json.loads(jsonl.stdout.splitlines()[0])["header"]["seeded"] is True
+
+
+def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledger_url):
+    """The counter released 3 steps before its key left the process: their inputs were never
+    recorded, so no process releases them again under that key."""
+    from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.release.generator import NoiseGenerator
+
+    rng = NoiseGenerator.secure()
+    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng)
+    counter.counts([1, 0, 1])
+    record = json.dumps(rng.to_record())  # sent to another process now
+    script = f"""
+    import json
+    from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.release.generator import NoiseGenerator
+    rng = NoiseGenerator.from_record(json.loads({record!r}))
+    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 0]).tolist())
+    """
+    other = python(script)
+    assert other.returncode != 0 and other.stdout == "" and "step 1 of the publication" in other.stderr
+    assert "was released before its key left the process" in other.stderr
+    assert counter.counts([1]).shape == (1,)  # the counter itself goes on, guarded from step 4

@@ -345,11 +345,15 @@ class ContinualCounter(_CounterState):
             return rows[:, 0]
         return released[:, 0] if self.dimension == 1 else released
 
+    def publication_spec(self) -> dict:
+        """What this counter's publication releases (``_publication_spec``; ``ledger.Publication``)."""
+        return _publication_spec(self)
+
     def _claim_steps(self, first: int, inputs: Callable[[], list[bytes]]):
         """Before steps ``first`` … are drawn: the publication's ledger check of their inputs (for a
         key that left the process, ``ledger.guard_for``) and the pending budget charge, charged now
         without a state, or returned as the journal commit's ``also`` (one transaction)."""
-        guard = ledger.guard_for(self, lambda: _publication_spec(self))
+        guard = ledger.guard_for(self, self.publication_spec)
         if guard is not None:
             guard.check(first=first, inputs=inputs())
         if self.pending_charge is None:

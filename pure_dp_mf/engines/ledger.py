@@ -50,6 +50,7 @@ import json
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,7 @@ from typing import Any
 from pure_dp_mf.errors import PureDPMFError
 
 LEDGER_ENV = "PURE_DP_MF_LEDGER"
+UNRECORDED = "unrecorded"  # the digest of a step released before its key left its process
 _DIGEST_DOMAIN = b"pure_dp_mf ledger step digest v1\x00"
 _RETRIES = 20
 _SCHEMA = (
@@ -266,6 +268,12 @@ class Ledger:
             )
             for offset, digest in enumerate(digests):
                 stored = known.get(first + offset)
+                if stored == UNRECORDED and digest != UNRECORDED:
+                    raise LedgerError(
+                        f"step {first + offset + 1} of the publication {name!r} was released before its key left the "
+                        "process that drew it, and its input was not recorded: it is never released again under this "
+                        f"key; refused, nothing released; {correction_hint(name)}"
+                    )
                 if stored is not None and stored != digest:
                     raise LedgerError(
                         f"step {first + offset + 1} of the publication {name!r} was released from other input: its noise "
@@ -440,12 +448,33 @@ class Guard:
 
 
 def guard_for(counter: Any, spec_of) -> Guard | None:
-    """The counter's ``Guard``: made on first need (``needs_ledger``), kept in ``counter._guard``."""
+    """The counter's ``Guard``: made on first need (``needs_ledger``), kept in ``counter._guard``.
+    A counter that releases unguarded (its key has not left the process) is remembered: if its
+    key leaves the process later (``to_record``), ``key_exported`` bars its released steps."""
     guard = getattr(counter, "_guard", None)
-    if guard is None and needs_ledger(counter.rng):
-        guard = Guard(rng=counter.rng, spec=spec_of(), corrects=getattr(counter, "corrects", None))
-        counter._guard = guard
+    if guard is None:
+        if needs_ledger(counter.rng):
+            guard = Guard(rng=counter.rng, spec=spec_of(), corrects=getattr(counter, "corrects", None))
+            counter._guard = guard
+        elif not counter.rng.seeded:
+            _UNGUARDED.setdefault(hashlib.sha256(counter.rng.key).digest(), weakref.WeakSet()).add(counter)
     return guard
+
+
+_UNGUARDED: dict[bytes, weakref.WeakSet] = {}  # key sha256 → counters of this process that released on it unguarded
+
+
+def key_exported(tag: bytes) -> None:
+    """The secure key with sha256 ``tag`` leaves this process (``generator.mark_exported``): every
+    counter of this process that released steps on it unguarded claims its publication now and
+    bars those steps in the ledger (their inputs were not recorded: they are never released again
+    under this key, by any process)."""
+    for counter in list(_UNGUARDED.pop(tag, ())):
+        if getattr(counter, "_guard", None) is not None or counter.released == 0:
+            continue
+        guard = Guard(rng=counter.rng, spec=counter.publication_spec(), corrects=getattr(counter, "corrects", None))
+        counter._guard = guard
+        guard.ledger.record(guard.name, first=0, digests=[UNRECORDED] * counter.released)
 
 
 def needs_ledger(rng: Any) -> bool:

@@ -276,7 +276,12 @@ _EXPORTED: set[bytes] = set()  # sha256 of each secure key that left this proces
 def mark_exported(rng: NoiseGenerator) -> None:
     """Note that the secure key of ``rng`` may serve runs outside this one (``is_exported``)."""
     if not rng.seeded:
-        _EXPORTED.add(hashlib.sha256(rng.key).digest())
+        tag = hashlib.sha256(rng.key).digest()
+        if tag not in _EXPORTED:
+            _EXPORTED.add(tag)
+            from pure_dp_mf.engines.ledger import key_exported
+
+            key_exported(tag)  # counters that released on it before: their steps are barred in the ledger
 
 
 def is_exported(rng: NoiseGenerator) -> bool:
