@@ -239,6 +239,16 @@ def test_two_users_sharing_one_ledger_cannot_reuse_a_key_file_or_a_record(ledger
     assert reused.returncode != 0 and "already serves the publication 'alice-job'" in reused.stderr
     same = key_file_run(key, "alice-job", "01", **homes[1])
     assert same.returncode != 0 and same.stdout == "" and "step 1 of the publication 'alice-job'" in same.stderr
+    record = json.loads(key.read_text())  # the generator record itself, as alice's key file holds it
+    script = f"""
+    import json
+    from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.release.generator import NoiseGenerator
+    rng = NoiseGenerator.from_record(json.loads({json.dumps(record)!r}))
+    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 1]).tolist())
+    """
+    by_record = python(script, env=homes[1])
+    assert by_record.returncode != 0 and by_record.stdout == "" and "of the publication 'alice-job'" in by_record.stderr
 
 
 # ---------------------------------------------------------------------------------- the CLI
