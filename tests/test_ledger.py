@@ -146,6 +146,10 @@ def test_a_batch_job_run_again_on_corrected_data_with_its_key_file_is_refused(le
     assert "make a new publication" in corrected.stderr
     fixed = key_file_run(tmp_path / "daily-fixed.key", "daily-job-fixed", "1001")  # a correction: a new publication
     assert fixed.returncode == 0, fixed.stderr
+    from pure_dp_mf.release.generator import NoiseGenerator
+
+    NoiseGenerator.from_key_file(tmp_path / "daily-2.key", query="daily-job-2", corrects="daily-job")
+    assert ledger.open_ledger().publication("daily-job-2")["corrects"] == "daily-job"  # linked to what it corrects
 
 
 def test_a_checkpoint_restarted_with_another_key_file_is_refused(ledger_url, tmp_path):
