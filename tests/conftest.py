@@ -100,3 +100,30 @@ def dyadic_binary_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
 def tmp_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request, tmp_path, monkeypatch):
+    """Every ledger test runs on both backends: a fresh SQLite ledger, and a fresh database on a
+    real PostgreSQL server (``tests/postgres_server.py``). Without a server the PostgreSQL case is
+    skipped, with the reason, except under CI (``CI=true``), where it fails."""
+    from pure_dp_mf.engines import ledger
+
+    if request.param == "sqlite":
+        url = f"sqlite://{tmp_path / 'ledger.sqlite3'}"
+    else:
+        import postgres_server
+
+        server = postgres_server.server_url()
+        if server is None:
+            reason = "; ".join(postgres_server.REASON) or "no PostgreSQL server"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI needs the PostgreSQL ledger backend: {reason}")
+            pytest.skip(reason)
+        url = postgres_server.fresh_database(server)
+    monkeypatch.setenv("PURE_DP_MF_LEDGER", url)
+    ledger.set_default(None)
+    yield url
+    for open_ledger in ledger._LEDGERS.values():
+        open_ledger.close()
+    ledger.set_default(None)

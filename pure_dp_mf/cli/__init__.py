@@ -28,6 +28,7 @@ COMMANDS = {
     "compare": ("compare",),
     "count": ("count",),
     "releases": ("releases",),
+    "ledger": ("ledger",),
     "plan": ("plan",),
     "info": ("info",),
     "lift": ("lift",),

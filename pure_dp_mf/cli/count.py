@@ -5,6 +5,7 @@ Thin: parses, builds the counter from the library, runs it into the output, prin
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,12 @@ _FIRST_STEP = typer.Option(
     help="with --state: the first line is this step; lines of released steps must repeat their inputs and get "
     "their stored releases back (nothing drawn)",
 )
+_LEDGER = typer.Option(
+    None,
+    "--ledger",
+    help="the ledger of publications (postgresql://… for jobs on several machines, sqlite:///path); default "
+    "$PURE_DP_MF_LEDGER, else the lineage registry's file",
+)
 _PLOT = typer.Option(None, "--plot", help="draw the released series and its band into this PNG (with --output, csv)")
 _BAND = typer.Option(
     "step",
@@ -166,19 +173,25 @@ def count(
     first_step: int = _FIRST_STEP,
     plot: Path = _PLOT,
     band: str = _BAND,
+    ledger: str = _LEDGER,
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
 
     With --step-column: the input is event rows, counted per step of a public schedule (dates with
     --start); with --key-column too: private running counts of every public key (docs/streaming.md)."""
     # Each run takes every flag above by name: context.params holds them as parsed.
-    params = {name: value for name, value in context.params.items() if name != "plot"}
+    params = {name: value for name, value in context.params.items() if name not in ("plot", "ledger")}
+    if ledger is not None:
+        from pure_dp_mf.engines import ledger as ledger_module
+
+        ledger_module.set_default(ledger)
     if band not in ("step", "simultaneous"):
         raise InvalidInputError(f"--band must be step or simultaneous, got {band!r}")
     rows = key_column is not None or step_column is not None  # event rows: csv by default
     if plot is not None and (output is None or output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1):
         raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
-    if plot is not None:
+    if plot is not None:  # before anything is released or charged: a plot that cannot be written fails now
+        _check_plot_path(plot)
         require_extra("matplotlib")
     if rows:
         _count_keyed(**params)
@@ -190,6 +203,15 @@ def count(
         label = f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'}"
         plot_output_file(source=output, image=plot, band_label=label)
         error_console.print(f"plot: {plot}", markup=False, highlight=False)
+
+
+def _check_plot_path(plot: Path) -> None:
+    """Refuse a --plot whose folder is missing or not writable, or that names an existing folder."""
+    folder = plot.parent if str(plot.parent) else Path(".")
+    if not folder.is_dir():
+        raise InvalidInputError(f"--plot {plot}: folder {folder} does not exist")
+    if plot.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or (plot.exists() and not os.access(plot, os.W_OK)):
+        raise InvalidInputError(f"--plot {plot}: cannot write there")
 
 
 def _count_keyed(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf.cli.app import app
+from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines import io
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.runs import check_output_options, metadata
@@ -30,8 +30,10 @@ def releases(
     beta: float = _BETA,
 ) -> None:
     """Print the released steps of a single counter's state (read back; nothing is drawn)."""
-    counter = Counter.open(state, beta=beta)
+    counter = Counter.open(state, beta=beta, read_only=True)
     try:
+        if counter.seeded:  # the export of a seeded state says so (csv and plain: here; jsonl: its header too)
+            error_console.print("warning: seeded noise (--seed): not private, for tests and research only", markup=False)
         check_output_options(output_format=output_format, dimension=counter.counter.dimension, beta=beta, invalid="refuse")
         done = counter.releases(first_step=first_step, last_step=last_step)
         header = io.header_text(output_format, metadata(counter, beta=beta, policy="refuse"))

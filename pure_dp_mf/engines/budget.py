@@ -233,6 +233,7 @@ def charge(
     registry: str | os.PathLike | None = None,
     connection: sqlite3.Connection | None = None,
     schema: str = "main",
+    dry_run: bool = False,
 ) -> bool:
     """Record that lineage ``lineage`` (one counter) draws ``epsilon`` from budget ``budget``.
 
@@ -243,7 +244,9 @@ def charge(
     with "database is locked" instead of waiting), and otherwise takes its own on that connection.
 
     Returns True when the charge was recorded, False when this lineage had already charged the same
-    ε (a resumed counter: nothing changes).
+    ε (a resumed counter: nothing changes). With ``dry_run`` nothing is recorded (the transaction is
+    rolled back): the answer and the refusals are those the charge would give now, for a counter
+    that checks its budget when it is made and charges it with its first released step.
 
     Raises:
         BudgetError: an unknown budget; a lineage that charged another ε; spent + ε > total (the
@@ -259,6 +262,12 @@ def charge(
 
     def charge_in(live: sqlite3.Connection) -> bool:
         registry_module.ensure_schema(live, schema)
+        if dry_run:
+            live.execute("BEGIN IMMEDIATE")
+            try:
+                return _charge(live, budget=budget, amount=amount, lineage=lineage, what=str(what), schema=schema)
+            finally:
+                live.execute("ROLLBACK")
         with _Immediate(live):
             return _charge(live, budget=budget, amount=amount, lineage=lineage, what=str(what), schema=schema)
 
@@ -313,3 +322,37 @@ def charge_counter(
     if budget is None:
         return False
     return charge(budget=budget, epsilon=epsilon, lineage=lineage, what=what, registry=registry)
+
+
+@dataclass
+class PendingCharge:
+    """A counter's charge, checked when the counter is made (``check``: a dry run, so an unknown
+    budget or one too small is refused before anything exists) and made with its first released
+    step: inside the journal commit of that step (``in_transaction``, the registry attached as
+    "registry": the charge and the step commit together or not at all), or, for a counter
+    without a state, right before the step is returned (``now``). A run that releases nothing is
+    charged nothing."""
+
+    budget: str
+    epsilon: float
+    lineage: str
+    what: str
+    registry: str | os.PathLike | None = None
+
+    def check(self) -> bool:
+        return charge(
+            budget=self.budget, epsilon=self.epsilon, lineage=self.lineage, what=self.what, registry=self.registry, dry_run=True
+        )
+
+    def in_transaction(self, connection: sqlite3.Connection) -> None:
+        charge(
+            budget=self.budget,
+            epsilon=self.epsilon,
+            lineage=self.lineage,
+            what=self.what,
+            connection=connection,
+            schema="registry",
+        )
+
+    def now(self) -> None:
+        charge(budget=self.budget, epsilon=self.epsilon, lineage=self.lineage, what=self.what, registry=self.registry)

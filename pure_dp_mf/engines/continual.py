@@ -19,10 +19,11 @@ output can be completed after a crash (``complete_output``) and a released step 
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import IO, Any
@@ -30,7 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 import pure_dp_mf
-from pure_dp_mf.engines import registry
+from pure_dp_mf.engines import ledger, registry
 from pure_dp_mf.engines.journal import Journal, StateFileError, storage_error
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -38,7 +39,7 @@ from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.anytime import AnytimeMechanism
 from pure_dp_mf.mechanisms.mechanism import Mechanism
 from pure_dp_mf.release.error_bars import ErrorBars
-from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
+from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.release.lattice import float_upper
 from pure_dp_mf.release.postprocess import MonotoneFit
 from pure_dp_mf.validation import check_epsilon, check_size, check_steps
@@ -97,6 +98,7 @@ class _CounterState:
         if self.released:
             journal.commit(released=self.released, progress=_progress(self._sums, self.last_release, self._fit))
         self.journal = journal
+        ledger.claim_home(self.lineage)  # type: ignore[attr-defined]  # a ContinualCounter
         return journal.path
 
     @property
@@ -165,6 +167,8 @@ class ContinualCounter(_CounterState):
         )
         self.lineage = _lineage or uuid.uuid4().hex
         claim_in_process(self.rng, lineage=self.lineage)
+        if _lineage is not None:  # a lineage from outside (a state): its key may serve other runs (``ledger``)
+            mark_exported(self.rng)
         if self.rng.seeded:
             warnings.warn("seeded noise (NoiseGenerator.from_seed): not private, for tests and research only", stacklevel=2)
         self.released = 0
@@ -177,6 +181,9 @@ class ContinualCounter(_CounterState):
         self.journal: Journal | None = None
         self.closed = False
         self._ahead = _Ahead(self._release, horizon=self.horizon, dimension=self.dimension)
+        self._guard: Any = None  # the ledger's claim on this counter's publication (``ledger.guard_for``)
+        self.corrects: str | None = None  # the publication this counter corrects, if any
+        self.pending_charge: Any = None  # a ``budget.PendingCharge``, made with the first released step
 
     # ------------------------------------------------------------------ constructors
 
@@ -222,6 +229,8 @@ class ContinualCounter(_CounterState):
         release = mechanism.release(generators=self._generators(), epsilon=self.epsilon, step_sensitivity=self.step_sensitivity)
         self.mechanism, self.horizon, self._release, self.mechanism_metric = mechanism, None, release, metric
         self._ahead = _Ahead(release, horizon=None, dimension=self.dimension)
+        if self._guard is not None:
+            self._guard.extend(_publication_spec(self))
         if self.journal is not None:
             changed = ("what", "mechanism", "horizon", "sensitivity", "planned_for", "summary")
             self.journal.update_header({name: value for name, value in _header(self).items() if name in changed})
@@ -238,11 +247,13 @@ class ContinualCounter(_CounterState):
         return cls(epsilon=epsilon, mechanism=mechanism, **options)
 
     @classmethod
-    def resume(cls, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None, **expected) -> ContinualCounter:
+    def resume(
+        cls, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None, read_only: bool = False, **expected
+    ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again (locked, checked against the registry).
         Options given in ``expected`` (epsilon, horizon, max_value, monotone, dimension, rng)
-        must match the state's."""
-        journal = Journal.open(path, registry=registry_path)
+        must match the state's. ``read_only``: to read its releases back only (``Journal.open``)."""
+        journal = Journal.open(path, registry=registry_path, read_only=read_only)
         try:
             header = journal.header
             if header.get("engine") != "continual":
@@ -258,6 +269,8 @@ class ContinualCounter(_CounterState):
                 _lineage=header["lineage"],
             )
             counter._restore(journal)
+            if not read_only:
+                ledger.claim_home(counter.lineage)
             return counter
         except BaseException:
             journal.close()
@@ -299,14 +312,15 @@ class ContinualCounter(_CounterState):
 
     def counts(self, values) -> np.ndarray:
         """Release the next steps: int64 array of shape (m,) (d = 1) or (m, d)."""
-        if self.closed:
-            raise StateFileError("the counter was closed or its state moved away; it releases nothing more")
+        if self.closed or (self.journal is not None and self.journal.read_only):
+            raise StateFileError("the counter was closed, its state moved away or opened to read only; it releases nothing more")
         steps = check_steps(values, dimension=self.dimension, max_value=self.max_value)
         m = steps.shape[0]
         if self.horizon is not None and self.released + m > self.horizon:
             raise InvalidInputError(f"{m} more steps would exceed the horizon {self.horizon} ({self.released} already released)")
         if m == 0:
             return np.zeros((0,) if self.dimension == 1 else (0, self.dimension), dtype=np.int64)
+        also = self._claim_steps(self.released, lambda: [_step_bytes(row) for row in steps])
         noise = self._ahead.noise(self.released, self.released + m)
         released = _exact_sum(np.array(self._sums, dtype=object), steps, noise, bound=self.max_value * (self.released + m))
         rows, fit = released, self._fit
@@ -320,7 +334,9 @@ class ContinualCounter(_CounterState):
                 progress=_progress(sums, rows[-1], fit),
                 first=self.released,
                 rows=np.column_stack([steps, rows]),
+                also=also,
             )
+        self.pending_charge = None
         self.released += m
         self._sums, self._fit = sums, fit
         self.last_release = [int(v) for v in rows[-1]]
@@ -328,6 +344,25 @@ class ContinualCounter(_CounterState):
             self.last_raw = released[:, 0]
             return rows[:, 0]
         return released[:, 0] if self.dimension == 1 else released
+
+    def publication_spec(self) -> dict:
+        """What this counter's publication releases (``_publication_spec``; ``ledger.Publication``)."""
+        return _publication_spec(self)
+
+    def _claim_steps(self, first: int, inputs: Callable[[], list[bytes]]):
+        """Before steps ``first`` … are drawn: the publication's ledger check of their inputs (for a
+        key that left the process, ``ledger.guard_for``) and the pending budget charge, charged now
+        without a state, or returned as the journal commit's ``also`` (one transaction)."""
+        guard = ledger.guard_for(self, self.publication_spec)
+        if guard is not None:
+            guard.check(first=first, inputs=inputs())
+        if self.pending_charge is None:
+            return None
+        if self.journal is not None:
+            return self.pending_charge.in_transaction
+        self.pending_charge.now()
+        self.pending_charge = None
+        return None
 
     def update(self, value) -> int | np.ndarray:
         """Release the next step; returns an int (d = 1) or an int64 vector (d > 1)."""
@@ -357,7 +392,14 @@ def _quick_update(counter: ContinualCounter, value) -> int | None:
     no monotone fit, an int in [0, m], every number far inside int64): the same noise, the
     same journal commit (rows and progress as ``counts`` writes them), the same result; None
     where ``counts`` must decide (errors included)."""
-    if counter._fit is not None or counter.closed or type(value) not in (int, np.int64) or not 0 <= value <= counter.max_value:
+    if (
+        counter._fit is not None
+        or counter.closed
+        or counter.journal is not None
+        and counter.journal.read_only
+        or type(value) not in (int, np.int64)
+        or not 0 <= value <= counter.max_value
+    ):
         return None
     t = counter.released
     if (counter.horizon is not None and t >= counter.horizon) or counter.max_value * (t + 1) >= SAFE:
@@ -365,11 +407,13 @@ def _quick_update(counter: ContinualCounter, value) -> int | None:
     noise = counter._ahead.noise(t, t + 1)
     if noise.dtype == object or not -SAFE < int(noise[0, 0]) < SAFE or abs(counter._sums[0]) >= SAFE:
         return None
+    also = counter._claim_steps(t, lambda: [b"[%d]" % int(value)])
     total = counter._sums[0] + int(value)
     count = total + int(noise[0, 0])
     if counter.journal is not None:
         rows = np.array([[int(value), count]], dtype=np.int64)
-        counter.journal.commit(released=t + 1, progress=_progress([total], [count], None), first=t, rows=rows)
+        counter.journal.commit(released=t + 1, progress=_progress([total], [count], None), first=t, rows=rows, also=also)
+    counter.pending_charge = None
     counter.released, counter._sums, counter.last_release = t + 1, [total], [count]
     return count
 
@@ -397,6 +441,27 @@ def _progress(sums: Sequence[int], last, fit: MonotoneFit | None) -> dict:
         "sums": [int(v) for v in sums],
         "last_release": None if last is None else [int(v) for v in last],
         "fit": None if fit is None else fit.to_record(),
+    }
+
+
+def _step_bytes(row) -> bytes:
+    """One step's input as the ledger digests it: its integers as JSON ("[1]", "[0, 2]")."""
+    return json.dumps([int(v) for v in np.atleast_1d(row)]).encode()
+
+
+def _publication_spec(counter: ContinualCounter) -> dict:
+    """What a single counter's publication releases (public options only): the ledger refuses
+    the same key under other options."""
+    return {
+        "engine": "continual",
+        "mechanism": counter.mechanism.name,
+        "horizon": counter.horizon,
+        "sensitivity": None if counter.sensitivity is None else str(counter.sensitivity),
+        "epsilon": counter.epsilon.hex(),
+        "dimension": counter.dimension,
+        "max_value": counter.max_value,
+        "monotone": counter.monotone,
+        "privacy_unit": "step",
     }
 
 

@@ -185,35 +185,41 @@ class Counter:
                 self._counter.save_state(state)
 
     @classmethod
-    def open(cls, state: str | os.PathLike, *, beta: float = 0.05) -> Counter:
+    def open(cls, state: str | os.PathLike, *, beta: float = 0.05, read_only: bool = False) -> Counter:
         """The counter saved in ``state``, as it was made (its ε, horizon, mechanism, m): to read
-        its releases back (``releases``) or to go on. Locked and checked like any resumed state."""
+        its releases back (``releases``) or to go on. Locked and checked like any resumed state;
+        with ``read_only`` it only reads (also a state this registry does not know) and releases
+        nothing."""
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
             raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
         if not Path(state).exists():
             raise InvalidInputError(f"{state}: no such state")
         counter = cls.__new__(cls)
         counter.beta, counter.resumed = float(beta), True
-        counter._counter = ContinualCounter.resume(state)
+        counter._counter = ContinualCounter.resume(state, read_only=read_only)
         return counter
 
     def _charge(self, budget: str | None, *, state) -> None:
-        """Charge ε to the named budget before anything is released (``budget.charge_counter``:
-        once per lineage, so a resumed counter is not charged twice); refused: nothing runs."""
+        """Check ε against the named budget now (refused: nothing runs, no state is made) and
+        charge it with the first released step (``budget.PendingCharge``: in the same transaction
+        as that step with a state; once per lineage, so a resumed counter is not charged twice; a
+        run that releases nothing is charged nothing)."""
         if budget is None:
             return
-        from pure_dp_mf.engines.budget import charge_counter
+        from pure_dp_mf.engines.budget import PendingCharge
 
         journal = self._counter.journal
         what = f"single counter, {self._counter.mechanism.name}, unit: one step's value ≤ {self._counter.max_value}"
+        pending = PendingCharge(
+            budget=budget,
+            epsilon=self._counter.epsilon,
+            lineage=self._counter.lineage,
+            what=what + (f", state {state}" if state is not None else ""),
+            registry=None if journal is None else journal.registry,
+        )
         try:
-            charge_counter(
-                budget=budget,
-                epsilon=self._counter.epsilon,
-                lineage=self._counter.lineage,
-                what=what + (f", state {state}" if state is not None else ""),
-                registry=None if journal is None else journal.registry,
-            )
+            if pending.check():
+                self._counter.pending_charge = pending
         except BaseException:
             self._counter.close()
             raise
@@ -367,9 +373,8 @@ class Counter:
 def _check_inputs(given: np.ndarray, kept: np.ndarray, *, first_step: int) -> None:
     """Refuse a released step given again with another input than its release log holds."""
     for offset, (now, before) in enumerate(zip(given.tolist(), kept.tolist(), strict=True)):
-        if [int(v) for v in now] != [int(v) for v in before]:
-            shown = (lambda row: row[0]) if len(now) == 1 else (lambda row: row)
+        if [int(v) for v in now] != [int(v) for v in before]:  # neither input is shown: they are data
             raise InvalidInputError(
-                f"step {first_step + offset} was released with input {shown(before)}, not {shown(now)}: "
-                "a released step is never drawn again"
+                f"step {first_step + offset} was released from another input than the one given now: a released step is "
+                "never drawn again; to publish corrected data, make a new publication (a new --state, a new key)"
             )

@@ -121,7 +121,18 @@ def private_running_counts(
         released = _release(counters, table, beta=beta, through=through)
     finally:
         counters.close()
-    return _output(keys, released, calendar=calendar)
+    result = _output(keys, released, calendar=calendar)
+    result.attrs.update(  # what made the rows: a seeded run says so on its output
+        {
+            "seeded": generator.seeded,
+            "private": not generator.seeded,
+            "epsilon": counters.epsilon,
+            "privacy_unit": counters.privacy_unit,
+            "mechanism": counters.mechanism.name,
+            "publication": None if counters._guard is None else counters._guard.name,
+        }
+    )
+    return result
 
 
 def _as_pandas(events: Any):

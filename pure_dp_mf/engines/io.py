@@ -23,6 +23,7 @@ once across restarts (``complete_output``).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -232,12 +233,33 @@ def _decode(line: bytes, *, number: int) -> str:
         raise InvalidInputError(f"line {number}: not UTF-8 text") from None
 
 
-def check_file(path: Path, reader: StepReader, *, horizon: int | None, skip: int = 0, first_step: int = 1) -> int:
+def spool(path: Path) -> IO[bytes]:
+    """The bytes of ``path`` read once into a private temporary file (no name, removed when
+    closed), rewound: checked and then released from this copy, a FIFO, a process substitution
+    or a file rewritten meanwhile can never release bytes that were not checked."""
+    import shutil
+    import tempfile
+
+    copy = tempfile.TemporaryFile()
+    try:
+        with open(path, "rb") as stream:
+            shutil.copyfileobj(stream, copy, 1 << 20)
+        copy.seek(0)
+    except BaseException:
+        copy.close()
+        raise
+    return copy
+
+
+def check_file(
+    path: Path, reader: StepReader, *, horizon: int | None, skip: int = 0, first_step: int = 1, stream: IO[bytes] | None = None
+) -> int:
     """Read a whole input file with ``reader`` before anything is released: the number of steps,
     or the error of its first invalid line (``InvalidInputError``); more steps than ``horizon``
-    (the first line being step ``first_step``) is an error too, and fewer lines than ``skip``."""
+    (the first line being step ``first_step``) is an error too, and fewer lines than ``skip``.
+    With ``stream`` (its ``spool``) that is read instead of ``path``, and rewound after."""
     steps = 0
-    with open(path, "rb") as stream:
+    with contextlib.nullcontext(stream) if stream is not None else open(path, "rb") as stream:
         for first, batch in reader.batches(stream):
             steps += len(batch)
             if horizon is not None and steps + first_step - 1 > horizon:
@@ -246,6 +268,7 @@ def check_file(path: Path, reader: StepReader, *, horizon: int | None, skip: int
                     f"line {first + len(batch) - (steps - horizon)}: more steps than the horizon {horizon} "
                     "(--extend goes on as an anytime counter)"
                 )
+        stream.seek(0)
     if steps < skip:
         raise InvalidInputError(f"{path} has {steps} steps, fewer than the {skip} already released")
     return steps
@@ -448,7 +471,7 @@ def header_text(output_format: str, summary: dict) -> str | None:
 
 
 def write_sidecar(output: Path, summary: dict) -> Path:
-    """``OUT.meta.json``: the run's metadata beside a csv output (atomic)."""
+    """``OUT.meta.json``: the run's metadata (seeded or not included) beside a csv or plain output (atomic)."""
     from pure_dp_mf.atomic import atomic_write_text
 
     path = output.with_name(output.name + ".meta.json")

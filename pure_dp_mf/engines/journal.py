@@ -104,6 +104,7 @@ class Journal:
         self.progress: dict = json.loads(record)
         self.resumed = False
         self.registry_status = "new"
+        self.read_only = False
 
     # ------------------------------------------------------------------ opening
 
@@ -156,8 +157,15 @@ class Journal:
             raise
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, registry: str | os.PathLike | None = None, _new: bool = False) -> Journal:
+    def open(
+        cls, path: str | os.PathLike, *, registry: str | os.PathLike | None = None, _new: bool = False, read_only: bool = False
+    ) -> Journal:
         """The state at ``path``, locked for this process and checked against the registry.
+
+        ``read_only``: to read its releases back (``pure-dp-mf releases``), also when the registry
+        does not know it; it commits nothing. To resume a state the registry does not know (one
+        with released steps, moved here from another machine or registry), adopt it first
+        (``pure-dp-mf ledger adopt STATE``, ``adopt``): a resume of an unknown state is refused.
 
         Raises:
             StateFileError: missing, not a state, corrupted, in use by another counter, moved.
@@ -173,10 +181,23 @@ class Journal:
             if header.get("moved_to"):
                 raise StateFileError(f"{path}: this state was moved to {header['moved_to']}; resume that one")
             registry_path = registry_module.registry_path(registry)
+            if read_only:
+                journal = cls(path, connection, header, registry_path)
+                journal.registry_status, journal.resumed, journal.read_only = "read-only", True, True
+                return journal
             _attach_registry(connection, registry_path)
             journal = cls(path, connection, header, registry_path)
             connection.execute("BEGIN IMMEDIATE")
             try:
+                journal.registry_status = registry_module.check_state(
+                    connection, lineage=header["lineage"], state=path, released=journal.released, schema="registry"
+                )
+                if journal.registry_status == "unknown" and journal.released > 0 and not _new:
+                    raise registry_module.RegistryError(
+                        f"{path}: the lineage registry {registry_path} does not know this state ({journal.released} step(s) "
+                        "released): a state moved from another machine or registry is taken over explicitly, once: "
+                        f"pure-dp-mf ledger adopt {path} (to read its releases only: pure-dp-mf releases {path})"
+                    )
                 key = secure_key(header)
                 if key is not None:
                     registry_module.claim_generator(
@@ -186,9 +207,6 @@ class Journal:
                         what=str(header.get("what", "counter")),
                         schema="registry",
                     )
-                journal.registry_status = registry_module.check_state(
-                    connection, lineage=header["lineage"], state=path, released=journal.released, schema="registry"
-                )
                 if journal.registry_status == "unknown" or _new:
                     _record_lineage(connection, header, path, journal.released)
                 connection.execute("COMMIT")
@@ -207,11 +225,16 @@ class Journal:
     def lineage(self) -> str:
         return str(self.header["lineage"])
 
-    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None) -> None:
+    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None, also: Any = None) -> None:
         """One atomic, durable commit: the released count, the progress record, the released rows
         of steps ``first`` … released − 1 (0-based; kept as ``history`` says) and the lineage's
-        record in the registry."""
+        record in the registry; ``also(connection)``, when given, joins the same transaction (the
+        budget charge of a counter's first released step, ``budget.charge``)."""
+        if self.read_only:
+            raise StateFileError(f"{self.path}: opened to read its releases only; it releases nothing")
         with _transaction(self._live(), self.path) as connection:
+            if also is not None:
+                also(connection)
             connection.execute("UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress)))
             if rows is not None and first is not None and released > first:
                 if not self.header["history"]:
@@ -396,6 +419,55 @@ def _attach_registry(connection: sqlite3.Connection, path: Path) -> None:
     connection.execute("ATTACH DATABASE ? AS registry", (str(path),))
     connection.execute("PRAGMA registry.journal_mode = DELETE")
     connection.execute("PRAGMA registry.synchronous = FULL")
+
+
+def peek_lineage(path: str | os.PathLike) -> str:
+    """The lineage of the state at ``path`` (its header read under its lock, nothing else)."""
+    path = Path(path)
+    if not path.is_file():
+        raise StateFileError(f"{path}: no such state file")
+    connection = _lock(path)
+    try:
+        return str(_read_header(path, connection)["lineage"])
+    finally:
+        connection.close()
+
+
+def adopt(path: str | os.PathLike, *, registry: str | os.PathLike | None = None) -> dict:
+    """Take over a state this registry does not know (moved here from another machine or
+    registry): its lineage and generator are recorded with its released count, so it can be
+    resumed here. Refused when the registry knows its lineage or its generator already (the
+    state is then known, or a copy). Returns the state's lineage and released count."""
+    path = Path(path)
+    if not path.is_file():
+        raise StateFileError(f"{path}: no such state file")
+    connection = _lock(path)
+    try:
+        header = _read_header(path, connection)
+        if header.get("moved_to"):
+            raise StateFileError(f"{path}: this state was moved to {header['moved_to']}; adopt that one")
+        released = int(connection.execute("SELECT released FROM progress WHERE id = 0").fetchone()[0])
+        _attach_registry(connection, registry_module.registry_path(registry))
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            known = connection.execute("SELECT state FROM registry.lineages WHERE lineage = ?", (header["lineage"],)).fetchone()
+            if known is not None:
+                raise registry_module.RegistryError(
+                    f"{path}: this registry knows the state's lineage already (at {known[0]}); nothing to adopt"
+                )
+            key = secure_key(header)
+            if key is not None:
+                registry_module.claim_generator(
+                    connection, key=key, lineage=header["lineage"], what=str(header.get("what", "counter")), schema="registry"
+                )
+            _record_lineage(connection, header, path, released)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    finally:
+        connection.close()
+    return {"lineage": header["lineage"], "released": released, "seeded": secure_key(header) is None}
 
 
 def _record_lineage(connection: sqlite3.Connection, header: dict, path: Path, released: int) -> None:

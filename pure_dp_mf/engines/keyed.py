@@ -57,13 +57,14 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
 from pure_dp_mf.release.error_bars import ErrorBars
-from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
+from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
@@ -226,6 +227,7 @@ class _KeyedState:
         self.journal = Journal.create(
             path, header=self._header(), progress=self._progress(self.sums), history=False, registry=registry_path
         )
+        ledger.claim_home(self.lineage)
         return self.journal.path
 
     def close(self) -> None:
@@ -295,6 +297,8 @@ class KeyedCounters(_KeyedState):
             raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(self.rng).__name__}")
         self.lineage = _lineage or uuid.uuid4().hex
         claim_in_process(self.rng, lineage=self.lineage)  # one generator, one run: noise never reused on other data
+        if _lineage is not None:  # a lineage from outside (a state, Spark's executors): its key may serve other runs
+            mark_exported(self.rng)
         self.mechanism = mechanism if mechanism is not None else _mechanism(base, self.horizon, metric)
         if self.mechanism.horizon != self.horizon:
             raise InvalidInputError(f"the mechanism is for horizon {self.mechanism.horizon}, not {self.horizon}")
@@ -326,13 +330,40 @@ class KeyedCounters(_KeyedState):
         self.closed = False
         self._noise_start, self._noise = 0, np.zeros((len(self.keys), 0), dtype=np.int64)
         self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
-        if budget is not None:  # before any release; once per lineage (a resumed run is not charged twice)
-            from pure_dp_mf.engines.budget import charge_counter
+        self._guard: Any = None  # the ledger's claim on this run's publication (``ledger.guard_for``)
+        self.corrects: str | None = None  # the publication this run corrects, if any
+        self.pending_charge: Any = None
+        if budget is not None:  # checked now, charged with the first released step (``budget.PendingCharge``)
+            from pure_dp_mf.engines.budget import PendingCharge
 
             what = (
                 f"keyed counts of {len(self.keys)} key(s), {self.mechanism.name}, unit: {self.summary()['privacy_unit_meaning']}"
             )
-            charge_counter(budget=budget, epsilon=self.epsilon, lineage=self.lineage, what=what)
+            pending = PendingCharge(budget=budget, epsilon=self.epsilon, lineage=self.lineage, what=what)
+            if pending.check():
+                self.pending_charge = pending
+
+    def publication_spec(self) -> dict:
+        """What this run's publication releases (public options only; ``ledger.Publication``)."""
+        header = self._header()
+        spec = {name: header[name] for name in ("engine", "keys_sha256", "epsilon", "horizon", "max_value", "privacy_unit")}
+        return {**spec, "mechanism": self.mechanism.name, "sensitivity": str(self.sensitivity)}
+
+    def claim_steps(self, first: int, increments: Sequence) -> Any:
+        """Before the 0-based steps first, … are drawn: the ledger's check of every key's input at
+        each step (for a key that left the process, ``ledger.guard_for``; one digest per step over
+        the vector of every key's input, the keys fixed by the publication), and the pending budget
+        charge, charged now without a state or returned for the journal commit (one transaction)."""
+        guard = ledger.guard_for(self, self.publication_spec)
+        if guard is not None:
+            guard.check(first=first, inputs=[np.asarray(row, dtype="<i8").tobytes() for row in increments])
+        if self.pending_charge is None:
+            return None
+        if self.journal is not None:
+            return self.pending_charge.in_transaction
+        self.pending_charge.now()
+        self.pending_charge = None
+        return None
 
     def _bounds(self, *, max_keys: int | None, max_per_key: int | None, anytime: bool) -> tuple[int, Fraction | None]:
         """The contribution bounds of the privacy unit (``self.bounder``) and the noise's
@@ -429,12 +460,14 @@ class KeyedCounters(_KeyedState):
         increments = np.asarray(increments, dtype=np.int64)
         if increments.shape != self.sums.shape:
             raise InvalidInputError(f"expected {len(self.keys)} increments, got shape {increments.shape}")
+        also = self.claim_steps(self.released, [increments])
         sums = self.sums + increments
         counts = sums + self._step_noise(self.released)
         if self.journal is not None:  # the state first: a crash after it loses no step (``resume``)
             self.journal.commit(
-                released=self.released + 1, progress=self._progress(sums), first=self.released, rows=counts[None, :]
+                released=self.released + 1, progress=self._progress(sums), first=self.released, rows=counts[None, :], also=also
             )
+        self.pending_charge = None
         self.sums = sums
         self.released += 1
         return counts
@@ -524,6 +557,7 @@ class KeyedCounters(_KeyedState):
                 for user, entries in progress["bounder"]["users"].items():
                     counters.bounder.restore_user(user, entries)
             counters.journal = journal
+            ledger.claim_home(counters.lineage)
             return counters
         except BaseException:
             journal.close()

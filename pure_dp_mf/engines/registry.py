@@ -20,8 +20,10 @@ outside every state, can, on one machine:
 * ``budgets`` and ``spends``: named privacy budgets and what each counter drew from them
   (``budget.py``).
 
-Blind spot: a state moved to another machine (or a deleted registry) is unknown here; such a
-state with released steps is accepted and registered, and the docs say so (docs/privacy.md).
+A state moved from another machine (or kept past a deleted registry) is unknown here: with
+released steps it is read (``Journal.open(read_only=True)``) but resumed only once adopted,
+explicitly (``journal.adopt``, ``pure-dp-mf ledger adopt``; the ledger, ``engines.ledger``,
+refuses the adoption while it knows the lineage on another machine). docs/privacy.md.
 
 Location: ``$PURE_DP_MF_REGISTRY`` if set, else ``$XDG_STATE_HOME/pure_dp_mf/registry.sqlite3``
 (default ``~/.local/state/pure_dp_mf/registry.sqlite3``), created mode 0600 in a folder of mode
@@ -165,9 +167,10 @@ def registry_path_of(connection: sqlite3.Connection, schema: str = "main") -> st
     return "?"
 
 
-def bind_key_file(key_file: Path, *, key: bytes, query: str, registry: str | os.PathLike | None = None) -> None:
+def bind_key_file(key_file: Path, *, key: bytes, query: str, registry: str | os.PathLike | None = None) -> bool:
     """Bind a key file to the first query that uses it (``query``: its checkpoint or state path),
-    or refuse a second query with an error naming the first."""
+    or refuse a second query with an error naming the first. True when this call bound it
+    (``unbind_key_file`` undoes that when the ledger then refuses the key)."""
     real, tag = str(Path(key_file).resolve()), generator_tag(key)
     query = str(query)
     connection = connect(registry)
@@ -177,10 +180,24 @@ def bind_key_file(key_file: Path, *, key: bytes, query: str, registry: str | os.
             row = connection.execute("SELECT generator, query FROM key_files WHERE key_file = ?", (real,)).fetchone()
             if row is None:
                 connection.execute("INSERT INTO key_files VALUES (?, ?, ?)", (real, tag, query))
-            elif row[1] != query:
+                return True
+            if row[1] != query:
                 raise InvalidInputError(
                     f"key file {key_file} is bound to the query {row[1]}; a second query on one key would reuse its noise "
                     "on other data: give each query its own key file"
                 )
+            return False
+    finally:
+        connection.close()
+
+
+def unbind_key_file(key_file: Path, *, query: str, registry: str | os.PathLike | None = None) -> None:
+    """Undo a binding ``bind_key_file`` just made (the ledger refused the key file)."""
+    connection = connect(registry)
+    try:
+        with connection:
+            connection.execute(
+                "DELETE FROM key_files WHERE key_file = ? AND query = ?", (str(Path(key_file).resolve()), str(query))
+            )
     finally:
         connection.close()

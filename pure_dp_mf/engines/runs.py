@@ -74,14 +74,25 @@ def run_stream(
     if not 1 <= step <= counter.released + 1:
         raise InvalidInputError(f"--first-step {step}: the next step is {counter.released + 1} (steps have no gaps)")
     total = counter.counter.horizon
-    if source is not None and reader.policy == "refuse":
-        lines = io.check_file(source, reader, horizon=counter.counter.horizon, skip=counter.released - step + 1, first_step=step)
+    checked = None
+    if source is not None and reader.policy == "refuse":  # read once: checked and released from one private copy
+        try:
+            checked = io.spool(source)
+        except OSError as error:
+            raise InvalidInputError(f"cannot read {source}: {error.strerror or error}") from None
+        try:
+            lines = io.check_file(
+                source, reader, horizon=counter.counter.horizon, skip=counter.released - step + 1, first_step=step, stream=checked
+            )
+        except BaseException:
+            checked.close()
+            raise
         total = step - 1 + lines  # the file's steps: its lines, public once checked
     progress = io.schedule_progress(through=total, released=counter.released, rows_on_terminal=output is None) if total else None
     render = io.renderer(output_format, dimension=counter.counter.dimension)
     header = io.header_text(output_format, summary)
     sink = _open_sink(counter, output=output, output_format=output_format, render=render, header=header, summary=summary)
-    stream = open(source, "rb") if source is not None else io.standard_input()
+    stream = checked if checked is not None else open(source, "rb") if source is not None else io.standard_input()
     durable = output is not None and counter.counter.journal is not None
     released = 0
     try:
@@ -125,7 +136,7 @@ def _open_sink(
         if header is not None and not counter.resumed:
             sys.stdout.write(header + "\n")
         return sys.stdout
-    if output_format == "csv":
+    if output_format in ("csv", "plain"):  # plain and csv lines carry no metadata: seeded or not, it is beside them
         io.write_sidecar(output, summary)
     journal = counter.counter.journal
     if counter.resumed and journal is not None:

@@ -33,7 +33,7 @@ import json
 import os
 import secrets
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +59,7 @@ class NoiseGenerator:
 
     key: bytes
     seeded: bool
+    publication: str | None = field(default=None, compare=False)  # the ledger publication a key file serves
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, bytes) or len(self.key) != KEY_BYTES:
@@ -74,7 +75,12 @@ class NoiseGenerator:
 
     @classmethod
     def from_key_file(
-        cls, path: str | os.PathLike, *, query: str | os.PathLike, registry: str | os.PathLike | None = None
+        cls,
+        path: str | os.PathLike,
+        *,
+        query: str | os.PathLike,
+        registry: str | os.PathLike | None = None,
+        corrects: str | None = None,
     ) -> NoiseGenerator:
         """A secure generator whose key lives in the file ``path``: created when missing (a key
         from ``secrets``, the ``to_record`` JSON, mode 0600, written to a temporary file and
@@ -90,7 +96,11 @@ class NoiseGenerator:
         The file is bound to ``query`` (the query's checkpoint location, or another name that
         stays the same across its restarts) in the lineage registry (``engines.registry``): a
         second query on the same key file is refused with an error naming the first, so one key
-        never serves two queries."""
+        never serves two queries. The query is also the key's publication in the ledger
+        (``engines.ledger``): the key file serves that publication only, and the publication
+        only that key (another key file for the same query is refused). ``corrects`` names the
+        publication this one corrects (a correction is a new publication: a new key file, a new
+        query name, its own budget charge), recorded in the ledger."""
         target = Path(path)
         if not target.exists():
             folder = target.parent if str(target.parent) else Path(".")
@@ -121,10 +131,17 @@ class NoiseGenerator:
         generator = cls.from_record(record)
         if generator.seeded:
             raise InvalidInputError(f"key file {target} holds a seeded key: a key file is for private releases")
-        from pure_dp_mf.engines.registry import bind_key_file
+        from pure_dp_mf.engines.ledger import Publication, open_ledger
+        from pure_dp_mf.engines.registry import bind_key_file, unbind_key_file
 
-        bind_key_file(target, key=generator.key, query=str(query), registry=registry)
-        return generator
+        bound = bind_key_file(target, key=generator.key, query=str(query), registry=registry)
+        try:
+            name = open_ledger().claim(Publication(name=str(query), key_tag=generator_tag(generator.key), corrects=corrects))
+        except BaseException:
+            if bound:  # the ledger refused: this machine's registry keeps no binding of the refused query
+                unbind_key_file(target, query=str(query), registry=registry)
+            raise
+        return replace(generator, publication=name)
 
     @classmethod
     def from_seed(cls, seed: int) -> NoiseGenerator:
@@ -140,7 +157,12 @@ class NoiseGenerator:
             raise InvalidInputError("a child generator needs a non-empty label")
         encoded = label.encode()
         key = hashlib.sha256(self.key + b"child\x00" + len(encoded).to_bytes(8, "little") + encoded).digest()
-        return NoiseGenerator(key=key, seeded=self.seeded)
+        child = NoiseGenerator(
+            key=key, seeded=self.seeded, publication=None if self.publication is None else f"{self.publication}/{label}"
+        )
+        if is_exported(self):
+            mark_exported(child)
+        return child
 
     def coordinate(self, index: int) -> NoiseGenerator:
         """The generator of coordinate ``index`` of a vector stream: key SHA-256(key ‖ index as 4
@@ -174,7 +196,9 @@ class NoiseGenerator:
         return laplace_from_words(self.words(index=index, size=size))
 
     def to_record(self) -> dict:
-        """The state-file record (holds the secret key: state files are written mode 0600)."""
+        """The state-file record (holds the secret key: state files are written mode 0600). The key
+        has then left the process: every counter on it claims its publication in the ledger."""
+        mark_exported(self)
         return {"kind": GENERATOR_KIND, "key": self.key.hex(), "seeded": self.seeded}
 
     @classmethod
@@ -187,7 +211,9 @@ class NoiseGenerator:
             raise InvalidInputError("the generator record has no valid key") from None
         if not isinstance(record.get("seeded"), bool):
             raise InvalidInputError("the generator record does not say whether it is seeded")
-        return cls(key=key, seeded=record["seeded"])
+        generator = cls(key=key, seeded=record["seeded"])
+        mark_exported(generator)
+        return generator
 
 
 def laplace_from_words(words: np.ndarray) -> np.ndarray:
@@ -242,3 +268,31 @@ def claim_in_process(rng: NoiseGenerator, *, lineage: str) -> None:
             "this NoiseGenerator already feeds another counter: its noise would be reused on other data; "
             "give each counter its own generator (NoiseGenerator.secure(), or generator.child(label))"
         )
+
+
+_EXPORTED: set[bytes] = set()  # sha256 of each secure key that left this process or came from outside it
+
+
+def mark_exported(rng: NoiseGenerator) -> None:
+    """Note that the secure key of ``rng`` may serve runs outside this one (``is_exported``)."""
+    if not rng.seeded:
+        tag = hashlib.sha256(rng.key).digest()
+        if tag not in _EXPORTED:
+            _EXPORTED.add(tag)
+            from pure_dp_mf.engines.ledger import key_exported
+
+            key_exported(tag)  # counters that released on it before: their steps are barred in the ledger
+
+
+def is_exported(rng: NoiseGenerator) -> bool:
+    """True when the secure key of ``rng`` left this process (``to_record``) or came from outside
+    it (``from_record``, ``from_key_file``, a child of such a key): another process may hold it,
+    so its counters claim their publication in the ledger (``engines.ledger.needs_ledger``)."""
+    return not rng.seeded and hashlib.sha256(rng.key).digest() in _EXPORTED
+
+
+def generator_tag(key: bytes) -> str:
+    """The registry's and the ledger's name of a key (``engines.registry.generator_tag``)."""
+    from pure_dp_mf.engines.registry import generator_tag as tag
+
+    return tag(key)
