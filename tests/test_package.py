@@ -44,13 +44,19 @@ def test_the_wheel_ships_the_data_and_runs_from_elsewhere(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=SAFETY_LIMIT)
     python = venv / "bin" / "python"
-    installed = subprocess.run(  # a plain install: pip resolves the dependencies from the registry
-        [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=SAFETY_LIMIT
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    installed = subprocess.run(  # a plain install: pip resolves the dependencies from the registry; run from
+        # elsewhere, since pip run here would find this checkout's pure_dp_mf.egg-info and skip the wheel
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=environment,
+        timeout=SAFETY_LIMIT,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
 
     def run(*arguments: str, stdin: str = "") -> subprocess.CompletedProcess:
         return subprocess.run(
