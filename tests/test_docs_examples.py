@@ -40,7 +40,7 @@ SLOW = {  # (document, text the unit holds): why it is not in the quick loop
     ("README.md", "--n 100000 --participations 10"): "three Toeplitz optimizations at n = 10⁵ (about 1.5 minutes)",
     ("README.md", "audit --mechanism lifted --n 64"): "20 000 audit trials",
     ("README.md", "compare --n 1048576 --plot"): "every mechanism at n = 2^20 and a figure",
-    ("docs/streaming.md", "engines.spark import private_running_counts\n"): "starts Spark (Java 17)",
+    ("docs/streaming.md", "local_session()"): "starts Spark (Java 17)",
     ("docs/streaming.md", "private_running_counts_stream("): "starts a Spark streaming query (Java 17)",
     ("docs/streaming.md", "RocksDBStateStoreProvider"): "starts a Spark streaming query (Java 17)",
     ("docs/trees.md", "reports.plot_leading_constants"): "a figure of every mechanism at n = 2^4 … 2^40",
@@ -76,6 +76,8 @@ def _fixtures(folder: Path) -> None:
         )
     ]
     (folder / "events.csv").write_text("country,day,value,uid\n" + "\n".join(rows) + "\n")
+    (folder / "events").mkdir()  # a folder a streaming query reads
+    (folder / "events" / "part-0.csv").write_text("country,day,value,uid\n" + "\n".join(rows[:50]) + "\n")
     (folder / "blt.json").write_text('{"buf_decay": [0.9, 0.4], "output_scale": [0.3, 0.1]}\n')
 
 
@@ -168,20 +170,27 @@ def _run_document(document: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     folder, namespace = _folder(tmp_path), {"__name__": "__docs__"}
     monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(folder / "registry.sqlite3"))  # budgets and lineages of this run only
     ran = 0
-    for unit in units(document):
-        if unit.marked(NOT_RUN) or (unit.marked(SLOW) and not slow):
-            continue
-        needs = unit.marked(DOWNLOAD, whole_block=True)  # the block's later commands use its files
-        if needs and not all((ROOT / path).exists() for path in needs):
-            continue
-        start = time.perf_counter()
-        if unit.marked(KNOWN_WRONG):  # once it runs, it must leave KNOWN_WRONG
-            with pytest.raises(AssertionError):
-                _run(unit, folder, namespace)
-            continue
-        _run(unit, folder, namespace)
-        print(f"{time.perf_counter() - start:7.1f} s  {unit.block.name}: {unit.code[:100]!r}")  # shown with -s
-        ran += 1
+    try:
+        for unit in units(document):
+            if unit.marked(NOT_RUN) or (unit.marked(SLOW) and not slow):
+                continue
+            needs = unit.marked(DOWNLOAD, whole_block=True)  # the block's later commands use its files
+            if needs and not all((ROOT / path).exists() for path in needs):
+                continue
+            start = time.perf_counter()
+            if unit.marked(KNOWN_WRONG):  # once it runs, it must leave KNOWN_WRONG
+                with pytest.raises(AssertionError):
+                    _run(unit, folder, namespace)
+                continue
+            _run(unit, folder, namespace)
+            print(f"{time.perf_counter() - start:7.1f} s  {unit.block.name}: {unit.code[:100]!r}")  # shown with -s
+            ran += 1
+    finally:
+        spark = namespace.get("spark")
+        if spark is not None:  # a Spark example's session and streaming queries end with the document
+            for query in spark.streams.active:
+                query.stop()
+            spark.stop()
     assert ran or not units(document)
 
 

@@ -171,3 +171,17 @@ def test_the_streaming_pages_csv_example_is_what_count_prints():
     code, out, err = run_main(*command[1].split(), stdin="0\n1\n")
     assert code == 0, err
     assert out.splitlines()[:3] == printed[1].splitlines(), out
+
+
+def test_every_section_the_code_points_to_exists():
+    """A help text or docstring that says docs/X.md, "Section" names a heading or a bold paragraph there."""
+    pointers = set()
+    for path in (ROOT / "pure_dp_mf").rglob("*.py"):
+        text = " ".join(path.read_text(encoding="utf-8").split())  # pointers broken across lines
+        pointers |= set(re.findall(r"docs/(\w+)\.md, ['\"“]([^'\"”]+)['\"”]", text))
+    assert ("privacy", "Privacy units") in pointers
+    for name, section in sorted(pointers):
+        lines = (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8").splitlines()
+        headings = [line for line in lines if line.startswith("#") and section.lower() in line.lower()]
+        bold = [line for line in lines if f"**{section.lower()}" in line.lower()]
+        assert headings or bold, f"docs/{name}.md has no section {section!r}"
