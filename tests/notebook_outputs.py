@@ -16,7 +16,11 @@ _NUMBER = re.compile(r"[-+]?(\d[\d_ ]*)?\.?\d+(e[-+]?\d+)?", re.I)
 
 
 def _masked(text: str) -> str:
-    return _NUMBER.sub("#", text)
+    """Numbers as #, then runs of # and of spaces or rules as one (column widths follow the numbers)."""
+    text = _NUMBER.sub("#", text)
+    text = re.sub(r"#+", "#", text)
+    text = re.sub(r"[ \t]+", " ", text)
+    return re.sub(r"[─━═-]{2,}", "─", text)
 
 
 def _shape(cell) -> list[tuple[str, str]]:
