@@ -185,3 +185,42 @@ def test_every_section_the_code_points_to_exists():
         headings = [line for line in lines if line.startswith("#") and section.lower() in line.lower()]
         bold = [line for line in lines if f"**{section.lower()}" in line.lower()]
         assert headings or bold, f"docs/{name}.md has no section {section!r}"
+
+
+def test_the_readmes_finite_n_table_is_what_compare_computes():
+    """README, "Finite n": the best-arity leading constants of every mechanism at n = 2^10, 2^20, 2^40
+    (``compare.comparison_rows``, within half a unit of the 4th decimal) and Table 1's limits."""
+    from pure_dp_mf.mechanisms import planner as compare
+
+    printed = {row[0]: row[1:] for row in markdown_table((ROOT / "README.md").read_text(), "| mechanism | n = 2^10")}
+    assert set(printed) == set(published.TABLE1)
+    for column, exponent in enumerate((10, 20, 40)):
+        best: dict[str, list[float]] = {}
+        for row in compare.comparison_rows(n=2**exponent, epsilon=1.0):
+            constants = best.setdefault(row.mechanism, [float("inf")] * 2)
+            constants[:] = [min(constants[0], row.max_se_constant), min(constants[1], row.mean_se_constant)]
+        for mechanism, cells in printed.items():
+            shown = [float(value) for value in cells[column].split(" / ")]
+            assert all(abs(a - b) <= 0.5e-4 + 1e-12 for a, b in zip(shown, best[mechanism])), (
+                mechanism,
+                exponent,
+                best[mechanism],
+            )
+    for mechanism, cells in printed.items():
+        shown = [float(value) for value in cells[3].split(" / ")]
+        assert all(abs(a - b) <= 0.5e-4 + 1e-12 for a, b in zip(shown, published.TABLE1[mechanism])), mechanism
+
+
+def test_the_lifting_pages_winning_bases_are_what_the_library_computes():
+    """docs/lifting.md, "Which shipped base wins at n": ``compare.winning_bases`` for both metrics."""
+    from pure_dp_mf.mechanisms import planner as compare
+
+    text = (ROOT / "docs" / "lifting.md").read_text()
+    for metric in ("maxse", "meanse"):
+        line = re.search(rf"^\*\*{metric}\*\*: (.*)$", text, re.M)
+        assert line, metric
+        printed = [(int(e), int(k), float(c)) for e, k, c in re.findall(r"from 2\^(\d+): k = (\d+) \(([0-9.]+)\)", line[1])]
+        computed = compare.winning_bases(metric=metric)
+        expected = "; ".join(f"from 2^{e}: k = {k} ({c:.4f})" for e, k, c in computed)
+        assert [(e, k) for e, k, _ in printed] == [(e, k) for e, k, _ in computed], expected
+        assert all(abs(a[2] - b[2]) <= 0.5e-4 + 1e-12 for a, b in zip(printed, computed)), expected
