@@ -154,7 +154,7 @@ def _run(unit: Unit, folder: Path, namespace: dict) -> None:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=900,  # a safety limit for a stuck command, not a speed test
+        timeout=1800,  # a safety limit for a stuck command (a loaded 2-core machine is slow), not a speed test
     )
     output = completed.stdout + completed.stderr
     if unit.kind == "bash":
