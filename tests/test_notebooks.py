@@ -1,5 +1,6 @@
-"""Execute notebooks 01 and 02 (small sizes) with nbclient; any failing cell fails the test.
-(Notebook 03 is executed by tests/test_notebook_gaussian.py.)"""
+"""Execute notebooks 01 and 02 (small sizes) with nbclient; any failing cell fails the test, and the
+outputs stored in the notebook must be those of a fresh execution up to the numbers
+(``notebook_outputs``). (Notebook 03 is executed by tests/test_notebook_gaussian.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from notebook_outputs import assert_stored_outputs_match
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = {  # notebook: text its outputs must contain (a sign that the step really ran)
@@ -31,3 +33,4 @@ def test_notebook_executes(name, tmp_path):
         assert expected in text, (expected, text[-2000:])
     images = [output["data"]["image/png"] for output in outputs if "image/png" in output.get("data", {})]
     assert images and all(base64.b64decode(image).startswith(b"\x89PNG\r\n\x1a\n") for image in images)
+    assert_stored_outputs_match(nbformat.read(NOTEBOOKS / name, as_version=4), notebook)

@@ -75,14 +75,16 @@ def test_quick_run_writes_every_table_row_and_figure(quick_run):
         certificate = json.loads(path.read_text())
         key = (certificate["factorization"]["n"], certificate["factorization"]["metric"])
         values = [
-            float(Fraction(int(c["numerator"]), int(c["denominator"])))
+            Fraction(int(c["numerator"]), int(c["denominator"]))
             for c in (certificate["claims"]["leading_constant"], certificate["claims"]["lifted_constant"])
         ]
         claims[key] = [min(a, b) for a, b in zip(values, claims.get(key, values))]
     assert claims, "no certificate shipped"
     for (k, metric), (leading, lifted_value) in claims.items():
         columns = (2, 9) if metric == "maxse" else (5, 11)
-        assert [by_k[k][c] for c in columns] == [f"{leading:.4f}", f"{lifted_value:.4f}"], (k, metric)
+        # rounded UP at the 4th decimal, exactly: each printed cell is ≥ the certificate's bound
+        assert [by_k[k][c] for c in columns] == [reports.format_upper_bound(leading), reports.format_upper_bound(lifted_value)]
+        assert all(Fraction(by_k[k][c]) >= bound for c, bound in zip(columns, (leading, lifted_value))), (k, metric)
     # Table 1: every tree reproduced, plus the factorization row
     table1 = table("Arkhipov & Kalinin, Table 1")
     rows = {row[0]: row for row in table1["rows"]}
@@ -91,7 +93,8 @@ def test_quick_run_writes_every_table_row_and_figure(quick_run):
         assert rows[mechanism][4] == "reproduced" and rows[mechanism][8] == "reproduced", rows[mechanism]
     for metric, column in (("maxse", 1), ("meanse", 5)):
         best = min((value[1], k) for (k, m), value in claims.items() if m == metric)
-        assert rows["lifted (certified)"][column : column + 2] == [f"{best[0]:.4f}", f"k = {best[1]}"]
+        assert rows["lifted (certified)"][column : column + 2] == [reports.format_upper_bound(best[0]), f"k = {best[1]}"]
+        assert Fraction(rows["lifted (certified)"][column]) >= best[0]
     # the comparison at 2^10, 2^20, 2^30 and --n, every mechanism present, best MaxSE first
     for n in (*reproduce_module.N_VALUES, EXTRA_N):
         found = table(f"n = {n} ")

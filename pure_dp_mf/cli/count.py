@@ -45,7 +45,12 @@ _CERTIFICATE = typer.Option(
 _STATE = typer.Option(None, "--state", help="state file: created, kept current before every release, resumed if it exists")
 _SEED = typer.Option(None, "--seed", help="seeded noise, NOT private: for tests and research only")
 _DIMENSION = typer.Option(1, "--dimension", help="d counters; each line holds d values with at most one 1")
-_OUTPUT = typer.Option(None, "--output", help="append the counts to this file (exactly once across restarts with --state)")
+_OUTPUT = typer.Option(
+    None,
+    "--output",
+    help="write the counts to this new file (refused if it exists and is not empty; with --state, a run again "
+    "completes it from the state: every step exactly once)",
+)
 _MECHANISM = typer.Option(
     "auto",
     "--mechanism",

@@ -125,7 +125,7 @@ class ContinualCounter(_CounterState):
     Privacy guarantee: the released sequence is exactly ε-DP with respect to changing the value
     of any one step (d = 1: by at most Δ_step = m; d > 1: replacing a step's vector by another of
     ℓ1 norm ≤ m, Δ_step = 2m), for the code as it runs, floats included (docs/privacy.md,
-    "ContinualCounter"); computational with a secure generator (keyed SHAKE-256), none with a
+    "Theorem"); computational with a secure generator (keyed SHAKE-256), none with a
     seeded one. Args: ``mechanism`` (or a ``base`` with ``horizon`` and ``metric``), ε, d and m,
     ``monotone`` post-processing (no privacy cost), ``rng`` (default secure)."""
 

@@ -2,7 +2,7 @@
 
 Every engine (one stream, many keys, the anytime counter; Spark through its driver) keeps its
 state here. What it guarantees (proofs and the tests that attack each in docs/privacy.md,
-"The journal"):
+"The system around the release"):
 
 * **Atomic, durable commits.** A commit (``commit``) writes the new released count, the
   engine's progress record (prefix sums, post-processing, contribution bounds) and the released

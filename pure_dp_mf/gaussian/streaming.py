@@ -2,7 +2,7 @@
 
 Choquette-Choo et al. (arXiv 2211.06530) release B·z for a decoder B (n × inner size) and
 Gaussian z; this module gives each of the library's Gaussian mechanisms a ``StreamingDecoder``
-(``decoder_of``), so that one loop (``torch_noise.NoiseGenerator``) serves them all and one
+(``decoder_of``), so that one loop (``torch_noise.CorrelatedNoise``) serves them all and one
 registry test checks them all:
 
 * **causal streams** (banded Toeplitz, BLT, BISR, column-normalized banded, the online Honaker

@@ -95,7 +95,7 @@ class SingleRelease:
     """The rounded noise ⌊2^-g·(L̄·Y)_t + ½⌋ of a counter running one ``Mechanism`` and its error
     bars: integer noise DLap(λ_ℓ) per level on the lattice (``LatticeSource``, keyed by each
     generator), every rounding decided exactly (``ExactRelease``). Privacy: docs/privacy.md,
-    "ContinualCounter"."""
+    "Theorem"."""
 
     def __init__(
         self,

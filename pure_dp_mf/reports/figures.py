@@ -156,10 +156,63 @@ class Table:
         return "\n".join(lines).rstrip() + "\n"
 
 
+@dataclass(frozen=True)
+class UpperBound:
+    """A table cell that quotes a proven upper bound (a certificate's exact rational claim, or an exact
+    function of claims): ``format_cell`` shows it rounded UP at the last digit shown, computed from the
+    Fraction (never through a float), so the printed number is itself an upper bound."""
+
+    value: Fraction
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def round_up(value: Fraction | int, *, decimals: int) -> str:
+    """The least multiple of 10^-decimals that is ≥ ``value``, as a decimal string, exactly: the one
+    rounding of every number that quotes an upper bound (tables of the report, the docs' tables)."""
+    value = Fraction(value)
+    scale = 10**decimals
+    units = -((-value.numerator * scale) // value.denominator)  # ⌈value·10^decimals⌉
+    sign, units = ("-", -units) if units < 0 else ("", units)
+    digits = str(units).rjust(decimals + 1, "0")
+    return sign + (f"{digits[:-decimals]}.{digits[-decimals:]}" if decimals > 0 else digits)
+
+
+def _decimal_exponent(value: Fraction) -> int:
+    """⌊log₁₀ value⌋ of a positive rational, exactly."""
+    exponent = len(str(value.numerator)) - len(str(value.denominator))
+    while Fraction(10) ** exponent > value:
+        exponent -= 1
+    while Fraction(10) ** (exponent + 1) <= value:
+        exponent += 1
+    return exponent
+
+
+def format_upper_bound(value: Fraction) -> str:
+    """``format_cell``'s display form of a float, rounded up instead of to nearest: 4 decimals for
+    values in [10⁻³, 10), 6 significant digits in [10, 10⁶), else 4 decimals of the mantissa."""
+    value = Fraction(value)
+    if value <= 0:
+        return round_up(value, decimals=4)
+    exponent = _decimal_exponent(value)
+    if 1e-3 <= value < 10:
+        return round_up(value, decimals=4)
+    if 10 <= value < 10**6:
+        return round_up(value, decimals=max(5 - exponent, 0))
+    mantissa = round_up(value / Fraction(10) ** exponent, decimals=4)
+    if mantissa == "10.0000":  # rounding up carried into the next power of ten
+        mantissa, exponent = "1.0000", exponent + 1
+    return f"{mantissa}e{exponent:+03d}"
+
+
 def format_cell(cell: Any) -> str:
-    """Display form: floats with 4 significant decimals for constants < 10, 6 significant digits otherwise."""
+    """Display form: floats with 4 significant decimals for constants < 10, 6 significant digits otherwise;
+    an ``UpperBound`` in the same form, rounded up (``format_upper_bound``)."""
     if cell is None:
         return "–"
+    if isinstance(cell, UpperBound):
+        return format_upper_bound(cell.value)
     if isinstance(cell, Fraction):
         cell = float(cell)
     if isinstance(cell, float):

@@ -39,7 +39,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,15 @@ from pure_dp_mf.mechanisms import planner as compare
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.reports import figures as reports
 from pure_dp_mf.reports import published
-from pure_dp_mf.reports.figures import Table, best_tree_limits, plot_step_noise_std, plot_table2, status_against_published
+from pure_dp_mf.reports.figures import (
+    Table,
+    UpperBound,
+    best_tree_limits,
+    plot_step_noise_std,
+    plot_table2,
+    round_up,
+    status_against_published,
+)
 from pure_dp_mf.validation import check_size
 
 CERTIFICATE_FOLDER = resources.CERTIFICATE_FOLDER
@@ -182,6 +189,8 @@ def _certificates(section: Section, context: _Context) -> None:
             "metric": result.metric,
             "leading": float(Fraction(certificate.claims["leading_constant"].value)),
             "lifted": float(Fraction(certificate.claims["lifted_constant"].value)),
+            "leading_bound": Fraction(certificate.claims["leading_constant"].value),  # exact, for the tables
+            "lifted_bound": Fraction(certificate.claims["lifted_constant"].value),
         }
         _note_exact_lift(record, certificate)
         context.verified.append(record)
@@ -192,11 +201,12 @@ def _certificates(section: Section, context: _Context) -> None:
         context.warnings.append(f"base factorizations without a verified certificate: {', '.join(uncertified)}")
         listing.notes.append(f"Base files without a verified certificate (their lifts are not proven): {', '.join(uncertified)}.")
 
-    ours: dict[int, dict[str, float]] = {}
+    bounds: dict[int, dict[str, Fraction]] = {}  # the certificates' exact claims, shown rounded up
     for record in context.verified:
-        entry = ours.setdefault(record["k"], {})
-        for key, value in ((record["metric"], record["leading"]), (f"{record['metric']}_lifted", record["lifted"])):
-            entry[key] = min(value, entry.get(key, math.inf))
+        entry = bounds.setdefault(record["k"], {})
+        for key, value in ((record["metric"], record["leading_bound"]), (f"{record['metric']}_lifted", record["lifted_bound"])):
+            entry[key] = min(value, entry.get(key, value))
+    ours = {k: {key: float(value) for key, value in entry.items()} for k, entry in bounds.items()}
     table = Table(
         "Arkhipov & Kalinin, Table 2: published against ours (certified upper bounds, rounded up)",
         [
@@ -215,31 +225,36 @@ def _certificates(section: Section, context: _Context) -> None:
         ],
     )
 
-    def ratio(value, published):
-        return None if value is None or published is None else value / published
+    def bound(value: Fraction | None) -> UpperBound | None:
+        return None if value is None else UpperBound(value)
 
-    for k in sorted(set(published.TABLE2) | set(ours), reverse=True):
+    def ratio(value: Fraction | None, printed: float | None) -> UpperBound | None:
+        # an upper bound on ours / paper: the certified bound over the printed decimal, exactly
+        return None if value is None or printed is None else UpperBound(value / Fraction(repr(printed)))
+
+    for k in sorted(set(published.TABLE2) | set(bounds), reverse=True):
         paper = published.TABLE2.get(k, (None,) * 5)
-        mine = ours.get(k, {})
+        mine = bounds.get(k, {})
         table.rows.append(
             [
                 k,
                 paper[0],
-                mine.get("maxse"),
+                bound(mine.get("maxse")),
                 ratio(mine.get("maxse"), paper[0]),
                 paper[1],
-                mine.get("meanse"),
+                bound(mine.get("meanse")),
                 ratio(mine.get("meanse"), paper[1]),
                 lift.lift_factor(k),
                 paper[3],
-                mine.get("maxse_lifted"),
+                bound(mine.get("maxse_lifted")),
                 paper[4],
-                mine.get("meanse_lifted"),
+                bound(mine.get("meanse_lifted")),
             ]
         )
     table.notes.append(
         "“ours” are the claims of certificates that were re-verified just now from the factorization files "
-        "(exact rational arithmetic); “–”: no verified certificate for that k and metric. Ratio = ours / paper "
+        "(exact rational arithmetic), rounded up at the last digit shown (``figures.round_up``, from the exact "
+        "fractions); “–”: no verified certificate for that k and metric. Ratio = ours / paper, rounded up "
         "(below 1: a better constant than published). The lift factor is computed; the lifted constants are "
         "2C²·(log₂k/log₂(2k+1))³ (Theorem 2.5)."
     )
@@ -291,7 +306,7 @@ def _table1(section: Section, context: _Context) -> None:
         if records:
             best = min(records, key=lambda record: record["lifted"])
             lifted += [
-                best["lifted"],
+                UpperBound(best["lifted_bound"]),
                 f"k = {best['k']}",
                 published.TABLE1["lifted"][index],
                 status_against_published(best["lifted"], published.TABLE1["lifted"][index]),
@@ -321,9 +336,9 @@ def _table1(section: Section, context: _Context) -> None:
     section.tables += [table, _records_table(context)]
 
 
-def _round_up(value: float, decimals: int = 7) -> str:
-    """``value`` rounded up to ``decimals`` decimals, as a display string (upper bounds stay upper bounds)."""
-    return str(Decimal(value).quantize(Decimal(10) ** -decimals, rounding=ROUND_CEILING))  # Decimal(float) is exact
+def _round_up(value: float | Fraction, decimals: int = 7) -> str:
+    """``value`` (a float is exact as a Fraction) rounded up to ``decimals`` decimals (``figures.round_up``)."""
+    return round_up(Fraction(value), decimals=decimals)
 
 
 def _against_certificate(value: float, *, printed: float, proven: float, approximate: float) -> str:
@@ -367,7 +382,7 @@ def _records_table(context: _Context) -> Table:
                 [
                     metric,
                     f"k = {record['k']}",
-                    _round_up(record["lifted"]),
+                    _round_up(record["lifted_bound"]),
                     f"{printed:.4f}",
                     _round_up(proven),
                     _round_up(approximate),
