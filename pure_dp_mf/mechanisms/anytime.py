@@ -7,24 +7,29 @@ of a shipped base truncated to ℓ_s (Arkhipov & Kalinin, arXiv 2607.08963, sect
 own noise (the generator's child "anytime segment s") at the full ε. The release at step t of
 segment s is
 
-    r_t = Σ_{s' < s} F_{s'} + c_s(t − b_s),
+    r_t = Σ_{s' < s} K_{s'} + c_s(t − b_s),
 
-F_{s'} the final release of segment s' (a count of its steps) and c_s the segment's running count
-of its own steps. Equivalently r_t = S_t + Σ_{s'<s} N_{s'} + N_s(t − b_s) with N the segments'
-rounded noises: the noise of every step is a function of the key and the step only.
+c_s the segment's running count of its own steps and K_{s'} what segment s' carries: its final
+release F_{s'} = c_{s'}(ℓ_{s'} − 1), or for a **two-release segment** (``Segment.theta`` θ_s and
+``weight`` w_s, public dyadic rationals) K_{s'} = ⌊w·F_{s'} + (1 − w)·E_{s'} + ½⌋, where its
+counter runs at (1 − θ_s)ε and E_{s'} = S^{(s')} + Z_{s'} is one discrete-Laplace estimate of the
+segment's total at θ_s·ε (Z ~ DLap(θ_s·ε/Δ_step), the generator's child "anytime total s").
+Equivalently r_t = S_t + Σ_{s'<s} (carried noise) + N_s(t − b_s): the noise of every step is a
+function of the key and the step only.
 
 **Privacy** (docs/privacy.md, "The anytime counter"). Changing the value of one step changes
 the input of exactly one segment; each segment's release is exactly ε-DP in its own input
-(the known-horizon theorem, with Δ_s the exact ‖R[:, :ℓ_s]‖₁→₁ of its lift); the segments' noises
+(the known-horizon theorem, with Δ_s the exact ‖R[:, :ℓ_s]‖₁→₁ of its lift; a two-release
+segment is (1 − θ_s)ε + θ_s·ε = ε-DP, its counter and its total independent); the segments' noises
 are independent (distinct child keys, SHA-256 as a PRF); so the vector of all segments' releases
 is ε-DP by parallel composition, and every r_t is a function of it (post-processing). The
 schedule, the bases, the α's and the noise scales depend on ε, m and the shipped scheme only,
 never on the data.
 
 **The schedule.** The shipped schemes (``base_factorizations/anytime.json``, one per metric)
-list the first segments (length, base, and an optional tilted top α): they were chosen by a
-dynamic programme over segment boundaries and bases that minimises the largest ratio of the
-anytime error to the best known-horizon error for every n in [10³, 2²⁴] (docs/anytime.md);
+list the first segments (length, base, an optional tilted top α, an optional θ and weight):
+boundaries and bases chosen by a dynamic programme that minimises the largest ratio of the
+anytime error to the best known-horizon error, θ on the first segments (docs/anytime.md);
 after the listed segments, each segment is ``growth`` times as long as the one before, on the
 last listed segment's base. A known-horizon counter that reached its horizon n goes on as an
 anytime counter (``extend``): its mechanism becomes segment 0 (its own noise, not redrawn), one
@@ -33,7 +38,8 @@ scheme's segments.
 
 **Error.** The noise of r_t is a sum of independent rounded lattice noises, one per segment so
 far: its variance is the sum of their variances, and its guaranteed interval adds the
-sub-gamma parameters (``error_bars.NoiseMoments``). ``errors`` gives the anytime MaxSE and
+sub-gamma parameters (``error_bars.NoiseMoments``; a carried estimate's two parts scaled by w
+and 1 − w, ``NoiseMoments.scaled``). ``errors`` gives the anytime MaxSE and
 MeanSE over steps 1 … n from the bases' profiles (no matrix): the figures of ``compare
 --anytime`` and ``benchmarks/bench_anytime.py``.
 """
