@@ -38,9 +38,19 @@ SMALL = Schedule(
     growth=2,
 )
 
+TWO = Schedule(  # two-release segments: counters at (1 − θ_s)ε, totals at θ_s·ε
+    metric="maxse",
+    segments=(
+        Segment(length=7, base="k004_maxse.npz", theta=Fraction(1, 4), weight=Fraction(3, 8)),
+        Segment(length=30, base="k008_maxse.npz", top_alpha=Fraction(3, 4), theta=Fraction(1, 8), weight=Fraction(13, 16)),
+        Segment(length=25, base="k004_meanse.npz"),
+    ),
+    growth=2,
+)
 
-def _small() -> AnytimeMechanism:
-    return AnytimeMechanism(schedule=SMALL, name="anytime (test schedule)")
+
+def _small(schedule: Schedule = SMALL) -> AnytimeMechanism:
+    return AnytimeMechanism(schedule=schedule, name="anytime (test schedule)")
 
 
 def test_schedule_is_public_and_continues_geometrically():
@@ -76,6 +86,89 @@ def test_release_is_the_sum_of_each_segments_own_counter():
     assert released.tolist() == expected
 
 
+def test_two_release_segments_are_public_and_checked():
+    assert Schedule.from_record(TWO.to_record()) == TWO
+    assert "theta" not in SMALL.to_record()["segments"][0]  # one-release records are unchanged
+    assert TWO.segment(1).counter_share() == Fraction(7, 8) and TWO.segment(3).theta is None
+    for bad in (
+        {"theta": Fraction(1, 4)},
+        {"theta": Fraction(1, 3), "weight": Fraction(1, 2)},
+        {"theta": Fraction(1), "weight": Fraction(1, 2)},
+        {"theta": Fraction(1, 4), "weight": Fraction(5, 4)},
+    ):
+        with pytest.raises(InvalidInputError):
+            Segment(length=4, base="k004_maxse.npz", **bad)
+
+
+def test_two_release_release_combines_each_segments_counter_and_total():
+    """The slow, obvious construction with segment totals: segment s's own counter at
+    (1 − θ_s)ε under "anytime segment s", its total S⁽ˢ⁾ + Z_s with Z_s ~ DLap(θ_s·ε) under
+    "anytime total s", and the carried value ⌊w·F_s + (1 − w)·(S⁽ˢ⁾ + Z_s) + ½⌋ in rationals."""
+    rng = NoiseGenerator.from_seed(8)
+    epsilon = 0.7
+    x = np.random.default_rng(2).integers(0, 2, 120)
+    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), rng=rng)
+    released = np.concatenate([counter.counts(x[:5]), counter.counts(x[5:50]), counter.counts(x[50:])])
+    expected, carried, start, index = [], 0, 0, 0
+    while start < len(x):
+        segment = TWO.segment(index)
+        share = segment.counter_share()
+        mechanism = anytime._segment_mechanism(segment)
+        own = ContinualCounter(
+            epsilon=float(Fraction(epsilon) * share), mechanism=mechanism, rng=rng.child(f"anytime segment {index}")
+        )
+        stop = min(start + segment.length, len(x))
+        counts = own.counts(x[start:stop])
+        expected.extend(carried + counts)
+        if stop - start == segment.length:
+            if segment.theta is None:
+                carried += int(counts[-1])
+            else:
+                rate = Fraction(epsilon) * segment.theta
+                Z = anytime._total_noise(rng.child(f"anytime total {index}"), rate)
+                total = int(x[start:stop].sum()) + Z
+                carried += round_half_up(segment.weight * int(counts[-1]) + (1 - segment.weight) * total)
+        start, index = stop, index + 1
+    assert released.tolist() == expected
+
+
+def test_two_release_error_bars_add_the_scaled_parts():
+    """std² of every step: the own counter's variance at (1 − θ_s)ε plus, per completed segment,
+    w²·(its final row's variance) + (1 − w)²·σ²(DLap(θ_s·ε)); the profile model ``variances``
+    uses 2/θ² for the latter (Laplace), within 1 % here."""
+    from pure_dp_mf.release.error_bars import dlap_variance
+
+    epsilon = 0.5
+    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), rng=NoiseGenerator.from_seed(2))
+    bars = counter.bars(0, 200, beta=0.05)
+    expected, carried, start, index = [], 0.0, 0, 0
+    while start < 200:
+        segment = TWO.segment(index)
+        own = (
+            ContinualCounter(
+                epsilon=float(Fraction(epsilon) * segment.counter_share()),
+                mechanism=anytime._segment_mechanism(segment),
+                rng=NoiseGenerator.from_seed(3),
+            )
+            .bars(0, segment.length, beta=0.05)
+            .std
+            ** 2
+        )
+        count = min(segment.length, 200 - start)
+        expected.extend(carried + own[:count])
+        if segment.theta is None:
+            carried += float(own[-1])
+        else:
+            w = float(segment.weight)
+            carried += w * w * float(own[-1]) + (1 - w) ** 2 * dlap_variance(Fraction(epsilon) * segment.theta)
+        start, index = start + count, index + 1
+    assert np.allclose(bars.std**2, expected, rtol=1e-12)
+    model = anytime.variances(schedule=TWO, n=200, epsilon=epsilon)
+    assert np.allclose(bars.std**2, model, rtol=1e-2) and not np.allclose(bars.std**2, model, rtol=1e-9)
+    max_se, mean_se = anytime.errors(schedule=TWO, n=150, epsilon=epsilon)
+    assert max_se == pytest.approx(model[:150].max(), rel=1e-9) and mean_se == pytest.approx(model[:150].mean(), rel=1e-9)
+
+
 def test_error_bars_equal_the_profile_variances_and_errors_their_max_and_mean():
     counter = ContinualCounter(epsilon=0.5, mechanism=_small(), rng=NoiseGenerator.from_seed(2))
     bars = counter.bars(0, 300, beta=0.05)
@@ -88,14 +181,15 @@ def test_error_bars_equal_the_profile_variances_and_errors_their_max_and_mean():
         assert mean_se == pytest.approx(variances[:n].mean(), rel=1e-9)
 
 
-def test_intervals_cover_at_the_promised_rate():
+@pytest.mark.parametrize("schedule", [SMALL, TWO], ids=["one release", "two releases"])
+def test_intervals_cover_at_the_promised_rate(schedule):
     """200 seeded runs of 120 steps (three segments and a continued one), β = 0.2: every
     per-step miss rate within sampling error of β (binomial, 4.5 standard deviations). The runs
     draw their noise in pages of 256 (``page_size``: another layout of the same law, so that a
     run does not draw 16 384 values per level for 120 steps)."""
     beta, runs, n = 0.2, 200, 120
     misses = np.zeros(n)
-    mechanism = _small()
+    mechanism = _small(schedule)
     bars = mechanism.release(generators=[NoiseGenerator.from_seed(1)], epsilon=1.0).bars(0, n, beta=beta)
     for run in range(runs):
         release = mechanism.release(generators=[NoiseGenerator.from_seed(1000 + run)], epsilon=1.0, page_size=256)
@@ -248,6 +342,82 @@ def test_tiny_anytime_instance_is_exactly_epsilon_dp(tmp_path):
     assert largest > float(epsilon) - 1e-9  # and ε is attained: the noise is not larger than it must be
 
 
+def test_tiny_two_release_segment_is_exactly_epsilon_dp(tmp_path):
+    """A one-step two-release segment of the k = 1 base (θ = 1/4, w = 3/8, ε = 1), then a
+    one-step segment: the code's noise is ν₀ = ⌊(4/3)·2^-g·Y + ½⌋, Y ~ DLap((1 − θ)ε·2^-g/(3/4))
+    ("anytime segment 0"), Z ~ DLap(θε) ("anytime total 0"), carried ⌊w·ν₀ + (1 − w)·Z + ½⌋
+    (checked on its own integers). Everything released is a function of (x₀ + ν₀, x₀ + Z) and
+    segment 1's release; from the exact laws (ball arithmetic, closed forms) the pair's privacy
+    loss for x₀ changed by 1 is ≤ ε on a grid holding almost all the mass, and attains ε."""
+    path = tmp_path / "k001.npz"
+    Factorization(decoder=np.array([[4 / 3]]), encoder=np.array([[0.75]]), metadata={"metric": "maxse"}).save(
+        path, store_decoder=False
+    )
+    record = mechanisms.lifted(base=path, horizon=1).record
+    theta, weight, epsilon = Fraction(1, 4), Fraction(3, 8), Fraction(1)
+    segments = (
+        Segment(length=1, mechanism=record, theta=theta, weight=weight),
+        Segment(length=1, mechanism=record),
+        Segment(length=2, base="k004_maxse.npz"),
+    )
+    schedule = Schedule(metric="maxse", segments=segments, growth=2)
+    rng = NoiseGenerator.from_seed(12)
+    counter = ContinualCounter(epsilon=float(epsilon), mechanism=AnytimeMechanism(schedule=schedule), rng=rng)
+    noise = counter.counts([0, 0]).tolist()
+    g = counter.mechanism.segment_mechanism(0).atoms.grid_bits
+
+    def own(index: int, share: Fraction) -> int:
+        generator = anytime.segment_generator(rng, index, schedule)
+        single = ContinualCounter(
+            epsilon=float(epsilon * share), mechanism=mechanisms.lifted(base=path, horizon=1), rng=generator
+        )
+        return round_half_up(Fraction(4, 3) * Fraction(single.lattice_sources[0].integers(0, 1, 1)[0], 2**g))
+
+    nu0, nu1 = own(0, 1 - theta), own(1, Fraction(1))
+    Z = anytime._total_noise(
+        anytime.total_generator(rng, 0), anytime.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1)
+    )
+    assert anytime.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1) == theta * epsilon
+    assert noise == [nu0, round_half_up(weight * nu0 + (1 - weight) * Z) + nu1]
+
+    flint.ctx.prec = 200
+
+    def dlap_mass(rate: Fraction, a: int, b: int) -> flint.arb:
+        """P(a ≤ Y ≤ b) for Y ~ DLap(rate), exactly (geometric sums)."""
+        e = (flint.arb(-rate.numerator) / rate.denominator).exp()
+        power = lambda k: (flint.arb(-rate.numerator * k) / rate.denominator).exp()  # noqa: E731
+        if a > b:
+            return flint.arb(0)
+        if a >= 0:
+            return (power(a) - power(b + 1)) / (1 + e)
+        if b <= 0:
+            return dlap_mass(rate, -b, -a)
+        return dlap_mass(rate, a, -1) + dlap_mass(rate, 0, b)
+
+    counter_rate = (1 - theta) * epsilon / (2**g * Fraction(3, 4))
+    width = 3 * 2 ** (g - 2)
+
+    def law_nu(v: int) -> flint.arb:
+        return dlap_mass(counter_rate, -((-(2 * v - 1) * width) // 2), -((-(2 * v + 1) * width) // 2) - 1)
+
+    def law_z(z: int) -> flint.arb:
+        return dlap_mass(theta * epsilon, z, z)
+
+    bound = flint.arb(epsilon.numerator) / epsilon.denominator + flint.arb(2) ** -150
+    largest, checked = 0.0, 0
+    for r in range(-5, 6):
+        for e in range(-8, 9):
+            p = law_nu(r) * law_z(e)
+            q = law_nu(r - 1) * law_z(e - 1)  # x₀ one larger: both views shift by 1
+            for top, low in ((p, q), (q, p)):
+                loss = (top / low).log()
+                assert loss.upper() <= bound
+                largest = max(largest, float(loss.mid()))
+            checked += 1
+    assert checked == 11 * 17
+    assert largest > float(epsilon) - 1e-9  # (1 − θ)ε + θε = ε is attained
+
+
 def _keyed_files(tmp_path, rows):
     (tmp_path / "keys.txt").write_text("de\nfr\n")
     (tmp_path / "events.csv").write_text("uid,country,day\n" + "".join(f"{u},{k},{d}\n" for u, k, d in rows))
@@ -309,3 +479,25 @@ def test_keyed_anytime_noise_is_each_segments_own_and_carried(tmp_path):
             expected += [carried + v for v in noise[: max(0, min(length, steps - first))]]
             carried += int(noise[-1])
         assert stepwise[:, j].tolist() == expected[:steps]
+
+
+def test_keyed_two_release_noise_is_each_keys_own_anytime_release():
+    """Keyed counts over two-release segments: every key's noise is the one-key release of the
+    same mechanism under rng.child(key) (same layout), step by step and vectorised alike; at user
+    level (Δ_step = K·m·C) both releases of a segment are scaled by Δ_step."""
+    from pure_dp_mf.engines.keyed import KEYED_PAGE, KeyedCounters
+
+    steps = 70
+    for unit, bounds, step_sensitivity in (("event", {}, 1), ("user", {"max_keys": 2, "max_per_key": 3}, 6)):
+        rng = NoiseGenerator.from_seed(17)
+        options = {"keys": ["a", "b"], "epsilon": 1.0, "horizon": None, "privacy_unit": unit, **bounds}
+        counters = KeyedCounters(mechanism=_small(TWO), rng=rng, **options)
+        stepwise = np.array([counters.release(np.zeros(2, dtype=np.int64)) for _ in range(steps)])
+        again = KeyedCounters(mechanism=_small(TWO), rng=NoiseGenerator.from_seed(17), **options)
+        counts, _, _, _ = again.release_steps(np.zeros((2, steps), dtype=np.int64), start=0, totals=np.zeros(2, dtype=np.int64))
+        assert np.array_equal(counts.T, stepwise)
+        for j, key in enumerate(["a", "b"]):
+            alone = _small(TWO).release(
+                generators=[rng.child(key)], epsilon=1.0, step_sensitivity=step_sensitivity, page_size=KEYED_PAGE
+            )
+            assert stepwise[:, j].tolist() == np.asarray(alone.noise(0, steps)).reshape(-1).tolist()

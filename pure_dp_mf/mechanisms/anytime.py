@@ -7,24 +7,29 @@ of a shipped base truncated to ℓ_s (Arkhipov & Kalinin, arXiv 2607.08963, sect
 own noise (the generator's child "anytime segment s") at the full ε. The release at step t of
 segment s is
 
-    r_t = Σ_{s' < s} F_{s'} + c_s(t − b_s),
+    r_t = Σ_{s' < s} K_{s'} + c_s(t − b_s),
 
-F_{s'} the final release of segment s' (a count of its steps) and c_s the segment's running count
-of its own steps. Equivalently r_t = S_t + Σ_{s'<s} N_{s'} + N_s(t − b_s) with N the segments'
-rounded noises: the noise of every step is a function of the key and the step only.
+c_s the segment's running count of its own steps and K_{s'} what segment s' carries: its final
+release F_{s'} = c_{s'}(ℓ_{s'} − 1), or for a **two-release segment** (``Segment.theta`` θ_s and
+``weight`` w_s, public dyadic rationals) K_{s'} = ⌊w·F_{s'} + (1 − w)·E_{s'} + ½⌋, where its
+counter runs at (1 − θ_s)ε and E_{s'} = S^{(s')} + Z_{s'} is one discrete-Laplace estimate of the
+segment's total at θ_s·ε (Z ~ DLap(θ_s·ε/Δ_step), the generator's child "anytime total s").
+Equivalently r_t = S_t + Σ_{s'<s} (carried noise) + N_s(t − b_s): the noise of every step is a
+function of the key and the step only.
 
 **Privacy** (docs/privacy.md, "The anytime counter"). Changing the value of one step changes
 the input of exactly one segment; each segment's release is exactly ε-DP in its own input
-(the known-horizon theorem, with Δ_s the exact ‖R[:, :ℓ_s]‖₁→₁ of its lift); the segments' noises
+(the known-horizon theorem, with Δ_s the exact ‖R[:, :ℓ_s]‖₁→₁ of its lift; a two-release
+segment is (1 − θ_s)ε + θ_s·ε = ε-DP, its counter and its total independent); the segments' noises
 are independent (distinct child keys, SHA-256 as a PRF); so the vector of all segments' releases
 is ε-DP by parallel composition, and every r_t is a function of it (post-processing). The
 schedule, the bases, the α's and the noise scales depend on ε, m and the shipped scheme only,
 never on the data.
 
 **The schedule.** The shipped schemes (``base_factorizations/anytime.json``, one per metric)
-list the first segments (length, base, and an optional tilted top α): they were chosen by a
-dynamic programme over segment boundaries and bases that minimises the largest ratio of the
-anytime error to the best known-horizon error for every n in [10³, 2²⁴] (docs/anytime.md);
+list the first segments (length, base, an optional tilted top α, an optional θ and weight):
+boundaries and bases chosen by a dynamic programme that minimises the largest ratio of the
+anytime error to the best known-horizon error, θ on the first segments (docs/anytime.md);
 after the listed segments, each segment is ``growth`` times as long as the one before, on the
 last listed segment's base. A known-horizon counter that reached its horizon n goes on as an
 anytime counter (``extend``): its mechanism becomes segment 0 (its own noise, not redrawn), one
@@ -33,7 +38,8 @@ scheme's segments.
 
 **Error.** The noise of r_t is a sum of independent rounded lattice noises, one per segment so
 far: its variance is the sum of their variances, and its guaranteed interval adds the
-sub-gamma parameters (``error_bars.NoiseMoments``). ``errors`` gives the anytime MaxSE and
+sub-gamma parameters (``error_bars.NoiseMoments``; a carried estimate's two parts scaled by w
+and 1 − w, ``NoiseMoments.scaled``). ``errors`` gives the anytime MaxSE and
 MeanSE over steps 1 … n from the bases' profiles (no matrix): the figures of ``compare
 --anytime`` and ``benchmarks/bench_anytime.py``.
 """
@@ -54,6 +60,7 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.release.error_bars import ErrorBars, NoiseMoments
 from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.release.lattice import LatticeSource, Rates, noise_rate, sampler_rate
 from pure_dp_mf.validation import check_size, parse_json
 
 SCHEMES_FILE = "anytime.json"
@@ -73,26 +80,58 @@ class Segment:
     base_sha256: str | None = None
     top_alpha: Fraction | None = None
     mechanism: dict | None = None
+    theta: Fraction | None = None
+    weight: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if (self.theta is None) != (self.weight is None):
+            raise InvalidInputError("a two-release segment needs both theta and weight")
+        if self.theta is not None and self.weight is not None:
+            for name, value, low_open in (("theta", self.theta, True), ("weight", self.weight, False)):
+                if not _dyadic(value) or not (0 < value < 1 if low_open else 0 <= value <= 1):
+                    raise InvalidInputError(
+                        f"a segment's {name} must be a dyadic rational in {'(0, 1)' if low_open else '[0, 1]'}"
+                    )
 
     def to_record(self) -> dict:
-        return {
+        record = {
             "length": self.length,
             "base": self.base,
             "base_sha256": self.base_sha256,
             "top_alpha": None if self.top_alpha is None else str(self.top_alpha),
             "mechanism": self.mechanism,
         }
+        if self.theta is not None:  # only two-release segments carry them: older records stay as they were
+            record["theta"], record["weight"] = str(self.theta), str(self.weight)
+        return record
 
     @classmethod
     def from_record(cls, record: dict) -> Segment:
-        top = record.get("top_alpha")
+        top, theta, weight = record.get("top_alpha"), record.get("theta"), record.get("weight")
         return cls(
             length=check_size(record["length"], name="segment length"),
             base=record.get("base"),
             base_sha256=record.get("base_sha256"),
             top_alpha=None if top is None else Fraction(top),
             mechanism=record.get("mechanism"),
+            theta=None if theta is None else _fraction(theta, name="theta"),
+            weight=None if weight is None else _fraction(weight, name="weight"),
         )
+
+    def counter_share(self) -> Fraction:
+        """1 − θ_s: the share of ε of the segment's counter (1 for a one-release segment)."""
+        return 1 - self.theta if self.theta is not None else Fraction(1)
+
+
+def _dyadic(value: Fraction) -> bool:
+    return value.denominator & (value.denominator - 1) == 0
+
+
+def _fraction(value: object, *, name: str) -> Fraction:
+    try:
+        return Fraction(str(value))
+    except (ValueError, ZeroDivisionError):
+        raise InvalidInputError(f"a segment's {name} must be a rational number, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -154,10 +193,15 @@ def shipped_schedule(metric: str = "maxse", *, folder: str | Path | None = None)
         base = str(entry["base"])
         if base not in shas:
             raise InvalidInputError(f"{folder / SCHEMES_FILE}: the base {base} has no certified profile")
-        top = entry.get("top_alpha")
+        top, theta, weight = entry.get("top_alpha"), entry.get("theta"), entry.get("weight")
         segments.append(
             Segment(
-                length=int(entry["length"]), base=base, base_sha256=shas[base], top_alpha=None if top is None else Fraction(top)
+                length=int(entry["length"]),
+                base=base,
+                base_sha256=shas[base],
+                top_alpha=None if top is None else Fraction(top),
+                theta=None if theta is None else _fraction(theta, name="theta"),
+                weight=None if weight is None else _fraction(weight, name="weight"),
             )
         )
     return Schedule(metric=metric, segments=tuple(segments), growth=int(document["growth"]))
@@ -280,6 +324,28 @@ def segment_generator(generator: NoiseGenerator, index: int, schedule: Schedule)
     return generator.child(f"anytime segment {index}")
 
 
+def total_generator(generator: NoiseGenerator, index: int) -> NoiseGenerator:
+    """The noise of segment ``index``'s total (a two-release segment): the generator's child
+    "anytime total s", distinct from every segment's child."""
+    return generator.child(f"anytime total {index}")
+
+
+def total_rate(*, epsilon: float | Fraction, theta: Fraction, step_sensitivity: int) -> Fraction:
+    """λ = θ_s·ε/Δ_step: the rate of the discrete Laplace noise DLap(λ) on a segment's total
+    (integer moves of ℓ1 size ≤ Δ_step per changed unit: θ_s·ε-DP, docs/privacy.md), as the
+    sampler draws it (``lattice.sampler_rate``: never above λ)."""
+    rate = noise_rate(epsilon=Fraction(epsilon) * theta, sensitivity=Fraction(step_sensitivity), grid_bits=0)
+    return sampler_rate(rate)
+
+
+def combine_total(final: int, total: int, weight: Fraction) -> int:
+    """⌊w·final + (1 − w)·total + ½⌋ exactly (integers, w dyadic): the carried noise of a
+    two-release segment from its counter's final rounded noise and its total's noise (the counts
+    S add back unchanged: ⌊v + ½⌋ commutes with adding an integer)."""
+    a, d = weight.numerator, weight.denominator
+    return (a * int(final) + (d - a) * int(total) + d // 2) // d if d > 1 else a * int(final) + (1 - a) * int(total)
+
+
 class SegmentedRelease:
     """The rounded noise and the error bars of an anytime counter (module docstring): step t of
     segment s gets Σ_{s'<s} N_{s'}(ℓ_{s'} − 1) + N_s(t − b_s), each N the exact release of its
@@ -308,20 +374,36 @@ class SegmentedRelease:
                 self._fallbacks += self._releases.pop(old).fallbacks  # type: ignore[attr-defined]
             segment = self.mechanism.segment_mechanism(index)
             generators = [segment_generator(g, index, self.schedule) for g in self.generators]
+            share = self.schedule.segment(index).counter_share()
             self._releases[index] = segment.release(
-                generators=generators, epsilon=self.epsilon, step_sensitivity=self.step_sensitivity, **self.layout
+                generators=generators,
+                epsilon=self.epsilon if share == 1 else Fraction(self.epsilon) * share,
+                step_sensitivity=self.step_sensitivity,
+                **self.layout,
             )
         return self._releases[index]
 
     def carried(self, index: int) -> tuple[np.ndarray, NoiseMoments]:
-        """(Σ_{s'<index} N_{s'}(last), the moments of that sum)."""
+        """(the carried noise Σ_{s'<index} K_{s'}, the moments of that sum): K_s = N_s(ℓ_s − 1),
+        or for a two-release segment K_s = ⌊w_s·N_s(ℓ_s − 1) + (1 − w_s)·Y_s + ½⌋ with Y_s its
+        total's DLap(θ_s·ε/Δ_step) noise (``combine_total``)."""
         while len(self._carried) <= index:
             done = len(self._carried) - 1
-            length = self.schedule.segment(done).length
+            segment = self.schedule.segment(done)
+            length = segment.length
             release = self._segment(done)
             final = np.asarray(release.noise(length - 1, length), dtype=np.int64).reshape(-1)
+            last = release.moments(length - 1, length).at(0)
+            if segment.theta is not None and segment.weight is not None:
+                rate = total_rate(epsilon=self.epsilon, theta=segment.theta, step_sensitivity=self.step_sensitivity)
+                totals = [_total_noise(total_generator(g, done), rate) for g in self.generators]
+                final = np.array(
+                    [combine_total(f, y, segment.weight) for f, y in zip(final.tolist(), totals, strict=True)], dtype=np.int64
+                )
+                weight = float(segment.weight)  # dyadic: exact
+                last = last.scaled(weight).plus(NoiseMoments.discrete_laplace(rate).scaled(1 - weight)).rounded()
             noise, moments = self._carried[-1]
-            self._carried.append((noise + final, moments.plus(release.moments(length - 1, length).at(0))))
+            self._carried.append((noise + final, moments.plus(last)))
         return self._carried[index]
 
     def noise(self, start: int, stop: int) -> np.ndarray:
@@ -357,6 +439,12 @@ class SegmentedRelease:
         return self.moments(start, stop).bars(beta=beta)
 
 
+def _total_noise(generator: NoiseGenerator, rate: Fraction) -> int:
+    """Y ~ DLap(rate), the one draw of a segment total's noise: entry 0 of the first page of the
+    keyed lattice stream of ``generator`` (``LatticeSource``: exact, regenerated, never redrawn)."""
+    return LatticeSource(key=generator.key, rates=Rates(base=rate), page_size=1, cached_pages=1).integers(0, 1)[0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Expected errors from the profiles (no matrix).
 
@@ -390,20 +478,31 @@ def _segment_rows(segment: Segment, count: int) -> tuple[float, float, float]:
     return float(total) * factor, float(largest) * factor, (float(total) - float(before)) * factor
 
 
+def carried_variance(segment: Segment, final: float) -> float:
+    """What a completed segment adds to the carried variance (ε = 1, Δ_step = 1): its counter's
+    final-row variance ``final`` (at (1 − θ_s)ε already), or for a two-release segment
+    w²·final + (1 − w)²·2/θ², 2/θ² the variance of Laplace noise on its total at θ_s·ε."""
+    if segment.theta is None or segment.weight is None:
+        return final
+    w, theta = float(segment.weight), float(segment.theta)
+    return w * w * final + (1 - w) ** 2 * 2 / (theta * theta)
+
+
 def errors(*, schedule: Schedule, n: int, epsilon: float = 1.0) -> tuple[float, float]:
     """(MaxSE, MeanSE) over steps 1 … n of the anytime counter at ε (for steps in [0, 1]): the
-    largest and the mean per-step variance 2(Δ_s/ε)²‖(L_s)_u‖² + C_s, C_s the carried
-    variance of the earlier segments' last rows (float64, from the profiles)."""
+    largest and the mean per-step variance 2(Δ_s/((1 − θ_s)ε))²‖(L_s)_u‖² + C_s, C_s the carried
+    variance of the earlier segments (``carried_variance``; float64, from the profiles)."""
     n = check_size(n, name="n")
     largest, total, carried, start, index = 0.0, 0.0, 0.0, 0, 0
     while start < n:
         segment = schedule.segment(index)
         count = min(segment.length, n - start)
+        share = float(segment.counter_share()) ** 2
         rows_sum, rows_max, last = _segment_rows(segment, count)
-        largest = max(largest, carried + 2 * rows_max)
-        total += count * carried + 2 * rows_sum
+        largest = max(largest, carried + 2 * rows_max / share)
+        total += count * carried + 2 * rows_sum / share
         if count == segment.length:
-            carried += 2 * _segment_rows(segment, segment.length)[2]
+            carried += carried_variance(segment, 2 * _segment_rows(segment, segment.length)[2] / share)
         start += count
         index += 1
     factor = 1 / (epsilon * epsilon)
@@ -420,9 +519,10 @@ def variances(*, schedule: Schedule, n: int, epsilon: float = 1.0) -> np.ndarray
         base = segment.base if segment.mechanism is None else Path(str(segment.mechanism.get("base"))).name
         family, level, delta, scale = _segment_profile(str(base), segment.length, segment.top_alpha)
         rows = family.rows.sequence(level, count, scale=scale)
-        out.append(carried + 2 * delta * delta * rows)
+        own = 2 * delta * delta / float(segment.counter_share()) ** 2
+        out.append(carried + own * rows)
         if count == segment.length:
-            carried += 2 * delta * delta * float(rows[-1])
+            carried += carried_variance(segment, own * float(rows[-1]))
         start += count
         index += 1
     return np.concatenate(out) / (epsilon * epsilon)

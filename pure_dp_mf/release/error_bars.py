@@ -114,6 +114,32 @@ class NoiseMoments:
             roundings=self.roundings + other.roundings,
         )
 
+    def scaled(self, weight: float) -> NoiseMoments:
+        """The moments of w·N for this rounded noise N = W + ρ (|ρ| ≤ roundings/2) and a weight
+        w ≥ 0: w·W has Var w²·Var, its Laplace part is sub-gamma with (w²ν, w·c), its lattice
+        part is within w·A, and w·ρ within w·roundings/2, so the result has no rounding of its
+        own (``rounded`` adds the next one). Exact for a dyadic w (float products, covered by the
+        2^-40 inflation of ``bars``)."""
+        return NoiseMoments(
+            var=self.var * weight * weight,
+            nu=self.nu * weight * weight,
+            c=self.c * weight,
+            a=(self.a + 0.5 * self.roundings) * weight,
+            roundings=0,
+        )
+
+    @classmethod
+    def discrete_laplace(cls, rate: Fraction) -> NoiseMoments:
+        """The moments of one DLap(λ) draw Y (one step): Var σ²(λ) (``dlap_variance``) and, from
+        Y = Z/λ + D with Z ~ Laplace(1) and |D| < 1 (module docstring), ν = 2/λ², c = 1/λ, A = 1;
+        no rounding (Y is an integer). 1/λ is rounded up."""
+        b = 1 / float(rate) * (1 + 2.0**-40)
+        return cls(var=np.array([dlap_variance(rate)]), nu=np.array([2 * b * b]), c=np.array([b]), a=np.ones(1), roundings=0)
+
+    def rounded(self) -> NoiseMoments:
+        """The moments after one more rounding to an integer (⌊v + ½⌋ moves v by at most ½)."""
+        return NoiseMoments(var=self.var, nu=self.nu, c=self.c, a=self.a, roundings=self.roundings + 1)
+
     @staticmethod
     def concatenate(pieces: list[NoiseMoments]) -> NoiseMoments:
         """Consecutive steps' moments as one; the roundings of the whole are the largest (a bound per step)."""
