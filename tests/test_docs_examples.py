@@ -46,7 +46,6 @@ SLOW = {  # (document, text the unit holds): why it is not in the quick loop
     ("docs/trees.md", "reports.plot_leading_constants"): "a figure of every mechanism at n = 2^4 … 2^40",
 }
 KNOWN_WRONG = {  # (document, text the unit holds): an example that fails today, checked to still fail
-    ("docs/anytime.md", "--horizon 365 --state counter.db --extend"): "reuses the anytime counter.db of the line above",
 }
 NOT_RUN = {  # (document, text the unit holds): why the test does not run it
     ("README.md", "make demo"): "one of the two commands CI runs itself, from a fresh clone (.ci/run)",
