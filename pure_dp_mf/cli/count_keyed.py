@@ -138,9 +138,13 @@ def _count_on_spark(
     beta: float,
     through: int,
 ) -> None:
-    """``--engine spark``: refuse what only the local engine does, then ``engines.spark.count_file_on_spark``."""
-    if state is not None or output_format == "parquet":
-        raise InvalidInputError("--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)")
+    """``--engine spark``: refuse what only the local engine does, then ``engines.spark.count_file_on_spark``
+    (which refuses an existing non-empty ``--output`` before Spark starts, as the local engine does)."""
+    if state is not None:
+        raise InvalidInputError(
+            "--state is for the local engine: a Spark batch run releases every step in one job and keeps no state "
+            "(rerun it with a new --output; Spark streaming keeps its state in its checkpoint)"
+        )
     from pure_dp_mf.engines.spark import count_file_on_spark
 
     count_file_on_spark(
