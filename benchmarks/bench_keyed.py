@@ -219,12 +219,14 @@ def write_events(folder: str, keys: int, steps: int, per_key: int) -> tuple[str,
 def watched(command: list[str], environment: dict) -> dict:
     """Run ``command`` and sample its process tree's resident memory every 0.2 s (psutil): the
     peak of the Python driver (the command), of the JVM, of one Python worker and of all Python
-    workers together; the wall time."""
+    workers together; the wall time, and the CPU time of the whole tree (user + system, as last
+    sampled: on a shared machine the wall time depends on the load, the CPU time much less)."""
     import subprocess
 
     import psutil
 
     peaks = {"driver": 0, "jvm": 0, "worker": 0, "workers": 0}
+    cpu: dict[int, float] = {}  # the last user + system seconds seen of each process of the tree
     start = time.perf_counter()
     child = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(child.pid)
@@ -235,6 +237,8 @@ def watched(command: list[str], environment: dict) -> dict:
             for process in tree:
                 try:
                     rss, line = process.memory_info().rss, " ".join(process.cmdline())
+                    times = process.cpu_times()
+                    cpu[process.pid] = times.user + times.system
                 except psutil.Error:
                     continue
                 if process.pid == root.pid:
@@ -252,7 +256,8 @@ def watched(command: list[str], environment: dict) -> dict:
     seconds = time.perf_counter() - start
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} … failed ({child.returncode}): {err.strip().splitlines()[-1:] or ''}")
-    return {"seconds": seconds, **{name: value / 2**20 for name, value in peaks.items()}, "stdout": out}
+    memory = {name: value / 2**20 for name, value in peaks.items()}
+    return {"seconds": seconds, "cpu_seconds": sum(cpu.values()), **memory, "stdout": out}
 
 
 def spark_scaling(keys: int, steps: int, per_key: int, folder: str, *, masters: list[str], local: bool, api: bool) -> list[dict]:
@@ -300,7 +305,7 @@ def print_scaling(row: dict) -> None:
     rate = row["keys"] * row["steps"] / row["seconds"]
     print(
         f"{row['keys']:,} keys × {row['steps']} steps ({row['events']:,} events), {row['run']} → {row['sink']}: "
-        f"{row['seconds']:.1f} s, {rate:.3g} rows/s; peak RSS driver {row['driver']:.0f} MiB, JVM {row['jvm']:.0f} MiB, "
+        f"{row['seconds']:.1f} s ({row['cpu_seconds']:.0f} CPU s), {rate:.3g} rows/s; peak RSS driver {row['driver']:.0f} MiB, JVM {row['jvm']:.0f} MiB, "
         f"Python worker {row['worker']:.0f} MiB (all workers {row['workers']:.0f} MiB)",
         flush=True,
     )
@@ -308,11 +313,12 @@ def print_scaling(row: dict) -> None:
 
 def scaling_table(rows: list[dict]) -> None:
     """The Spark scaling runs as a Markdown table, with the ratios the goals name."""
-    print("| keys × steps | run | sink | time | rows/s | driver | JVM | worker (all) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| keys × steps | run | sink | time | CPU time | rows/s | driver | JVM | worker (all) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['keys']:,} × {row['steps']} | {row['run']} | {row['sink']} | {row['seconds']:.1f} s | "
+            f"{row['cpu_seconds']:.0f} s | "
             f"{row['keys'] * row['steps'] / row['seconds']:.3g} | {row['driver']:.0f} MiB | {row['jvm']:.0f} MiB | "
             f"{row['worker']:.0f} ({row['workers']:.0f}) MiB |"
         )
