@@ -93,7 +93,7 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
 
 def test_spark_refuses_bad_input_of_listed_keys_only(spark):
     options = {"keys": ["de"], "epsilon": 1.0, "horizon": 40, "key_column": "country", "step_column": "day", "base": BASE}
-    bad = [("u", "de", "1", "5"), ("u", "de", "1_0", "1"), ("u", "de", "x", "1")]
+    bad = [("u", "de", "1", "5"), ("u", "de", "1_0", "1"), ("u", "de", "x", "1"), ("u", "de", "2", "9" * 40)]
     for row in bad:
         frame = spark.createDataFrame(pd.DataFrame([row], columns=["uid", "country", "day", "value"]))
         with pytest.raises(InvalidInputError, match="nothing was released"):
