@@ -225,3 +225,28 @@ def test_an_existing_output_is_refused_before_spark_starts(tmp_path):
         check(None, "parquet")
     with pytest.raises(InvalidInputError, match="does not exist"):
         check(tmp_path / "missing" / "out.csv", "csv")
+
+
+def test_count_on_spark_refuses_what_it_would_ignore_before_spark_starts(tmp_path):
+    """--state, --operator-log, --invalid stop and an existing --output: one error line each, no
+    Spark session (each answer comes back without a JVM)."""
+    from conftest import run_cli
+
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    (tmp_path / "events.csv").write_text("country,day\nde,1\n")
+    (tmp_path / "old.csv").write_text("key,step,count,std,lower,upper\n")
+    command = ["count", str(tmp_path / "events.csv"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
+    command += ["--step-column", "day", "--epsilon", "1", "--horizon", "4", "--engine", "spark"]
+    cases = {
+        "--state is for the local engine": ["--state", str(tmp_path / "s")],
+        "--operator-log is for the local engine": ["--operator-log", str(tmp_path / "log")],
+        "--invalid stop is for the local engine": ["--invalid", "stop"],
+        "already exists and is not empty": ["--output", str(tmp_path / "old.csv")],
+    }
+    for message, more in cases.items():
+        finished = run_cli(*command, *more)
+        errors = [line for line in finished.stderr.splitlines() if line.startswith("error:")]
+        assert finished.returncode == 2 and len(errors) == 1 and message in errors[0], finished.stderr
+        assert "Traceback" not in finished.stderr
+    assert not (tmp_path / "s").exists() and not (tmp_path / "log").exists()
+    assert (tmp_path / "old.csv").read_text() == "key,step,count,std,lower,upper\n"

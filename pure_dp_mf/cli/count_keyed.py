@@ -80,8 +80,19 @@ def count_keyed(
                 "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
                 "one stream, --start and the units step and user-step run on the local engine"
             )
+        if operator_log_file is not None:
+            raise InvalidInputError("--operator-log is for the local engine")
+        if invalid not in ("refuse", "zero", "clamp"):
+            raise InvalidInputError(f"--invalid {invalid} is for the local engine; --engine spark takes refuse, zero or clamp")
         _count_on_spark(
-            input_file=input_file, keys=keys, columns=columns, options={**mechanism, **bounds}, rng=rng, state=state, **release
+            input_file=input_file,
+            keys=keys,
+            columns=columns,
+            options={**mechanism, **bounds},
+            rng=rng,
+            state=state,
+            invalid=invalid,
+            **release,
         )
         return
     if engine != "local":
@@ -133,6 +144,7 @@ def _count_on_spark(
     options: dict[str, Any],
     rng: NoiseGenerator | None,
     state: Path | None,
+    invalid: str,
     output: Path | None,
     output_format: str,
     beta: float,
@@ -157,6 +169,7 @@ def _count_on_spark(
         output_format=output_format,
         beta=beta,
         through=through,
+        invalid=invalid,
     )
 
 

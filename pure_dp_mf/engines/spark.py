@@ -885,6 +885,7 @@ def count_file_on_spark(
     output_format: str,
     beta: float,
     through: int,
+    invalid: str = "refuse",
 ) -> None:
     """``count --engine spark``: the releases of a CSV file's events, written by the executors
     and never held by the driver. Each executor's Python worker releases a shard of keys and
@@ -915,7 +916,7 @@ def count_file_on_spark(
     template = KeyedCounters(
         keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
     )
-    summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark"}
+    summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark", "invalid": invalid}
     summary["seeded"] = generator.seeded
     session = local_session("pure-dp-mf count")
     keys_per_shard = cli_shard_size(keys=len(keys), cores=int(session.sparkContext.defaultParallelism))
@@ -930,7 +931,7 @@ def count_file_on_spark(
                 beta=beta,
                 through=through,
                 keys_per_shard=keys_per_shard,
-                invalid="refuse",
+                invalid=invalid,
                 **columns,
                 **options,
             )
