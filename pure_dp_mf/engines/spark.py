@@ -9,15 +9,23 @@ noise is keyed by the run's generator and the key alone (``keyed.py``), and the 
 admit a user's events in the same order (step, then key, then value). The privacy model and its
 proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
 
-Plan: unknown keys dropped (a join with the public key list); with user-level privacy,
-``groupBy(user).applyInPandas`` applies each user's contribution bounds; the kept values are
-summed per (key, step); the keys are cut into shards of ``keys_per_shard`` consecutive keys of
-the list (default 1 024), every shard is unioned in so that it has a group with or without events,
-and ``groupBy(shard).applyInPandas`` releases each shard's keys at steps 1 … ``through`` in one
-vectorised pass (``KeyedCounters`` over the shard's keys: the noise of all of them drawn in
-lockstep, one matrix product per base block). A key's noise depends on the run's generator and
-the key only, so the shards change no value. The generator key travels to the executors in the
-task closure: run on a cluster you trust with it.
+Plan: unknown keys dropped (a broadcast join with the public key list, which gives each event
+its key's position and shard); with user-level privacy, ``groupBy(user).applyInPandas`` applies
+each user's contribution bounds; the keys are cut into shards of ``keys_per_shard`` consecutive
+keys of the list (default 1 024 at most), every key travels as one row beside its shard's events
+(so a shard's group holds its keys and events, with or without events, and no task carries the
+whole key list), the rows are hash-partitioned into one partition per shard, and
+``groupBy(shard).applyInPandas`` releases each shard's keys at steps 1 … ``through`` in one
+vectorised pass on Arrow batches (``KeyedCounters`` over the shard's keys: the noise of all of
+them drawn in lockstep, each key's pages once, one matrix product per base block). A Python
+worker holds one shard at a time, so memory is bounded by the shard size, not by the keys. A
+key's noise depends on the run's generator and the key only, so the shards change no value. The
+generator key travels to the executors in the task closure: run on a cluster you trust with it.
+
+``count --engine spark`` (``count_file_on_spark``): the executors write each shard's rows, and the
+driver streams the shards' files into ``--output`` without holding the rows; the session's
+memory comes from the machine (``session_memory``) and a failed job is one line naming the
+setting to change (``spark_error``).
 """
 
 from __future__ import annotations
