@@ -20,10 +20,15 @@ minute each on a 2-core machine).
   for the horizon, against a fresh Laplace count of every prefix with ε split over the n releases
   (variance 2·(n/ε)²) and against the binary tree (``planner.comparison_rows``: exact finite-n
   errors).
-* ``--spark``: the same events through the local engine (``run_keyed``) and through Spark batch
-  (``engines.spark.private_running_counts``, its default shards) on local[2], wall times side
-  by side (the releases are checked equal), for each of ``--spark-keys`` (default 10³ and 10⁴
-  keys × 365 steps, 100 events a key): where Spark starts to win.
+* ``--spark``: the scaling of Spark batch, each run a fresh process (start-up included) whose
+  process tree's peak resident memory is sampled from outside (the Python driver, the JVM, one
+  Python worker and all of them): for each of ``--spark-keys`` (default 10⁴ and 10⁵ keys) ×
+  ``--spark-steps`` (365), ``--spark-events-per-key`` events a key (10: sparse), ``pure-dp-mf
+  count`` with the local engine (up to ``--local-max-keys``) and with ``--engine spark`` on each
+  of ``--spark-masters`` (local[1] and local[2]), every one writing a CSV file through its sink
+  (the files are checked byte-identical), and the DataFrame API on local[2]
+  (``private_running_counts(…).write.parquet``); time, rows per second, memory, the ratios
+  local[1]/local[2] and Spark/local.
 * ``--spark-stream``: Spark Structured Streaming (``private_running_counts_stream``) on
   local[2], one file of events and one tick of the public clock (``file_clock``) per step, one
   micro-batch per step; per-micro-batch wall times for each of ``--stream-keys`` (default 10⁴
@@ -35,7 +40,7 @@ minute each on a 2-core machine).
 
 The run ends with the speed goals' table (Markdown): each goal beside what this run measured.
 
-The Spark parts share one session and need PySpark (``pip install '.[spark]'``) and Java 17;
+The streaming part runs in this process's session; the Spark parts need PySpark (``pip install '.[spark]'``) and Java 17;
 without them they are skipped with a message, and a Spark part that fails prints its error
 in one line; either way the other parts run and the script then exits with status 1. The lineage
 registry is a temporary file (``PURE_DP_MF_REGISTRY``), never the user's; one BLAS thread
@@ -70,9 +75,8 @@ QUICK = {
     "horizons": [30, 365],
     "sampler_keys": 200,
     "per_key": True,
-    "spark_keys": [50],
+    "spark_keys": [500],
     "spark_steps": 30,
-    "spark_events": 3_000,
     "stream_keys": [64],
     "stream_steps": 3,
     "stream_events": 640,
@@ -176,56 +180,154 @@ def spark_session():
     return session
 
 
-def spark_ratio(session, keys: int, steps: int, events: int, *, base: str | None) -> dict:
-    """The same events through the local engine and through Spark batch on local[2]: wall times
-    (the Spark job forced by ``count()``); then the releases compared (not timed)."""
-    import pandas as pd
+SPARK_API_CHILD = r"""
+import os, sys, time, warnings
+warnings.simplefilter("ignore")
+from pure_dp_mf.engines.spark import local_session, private_running_counts
+from pure_dp_mf.release.generator import NoiseGenerator
+events, keys_file, steps, output = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+keys = open(keys_file, encoding="utf-8").read().split()
+spark = local_session("bench_keyed")
+start = time.perf_counter()
+frame = spark.read.csv(events, header=True)
+released = private_running_counts(frame, keys=keys, epsilon=1.0, horizon=steps, key_column="key", step_column="step",
+                                  generator=NoiseGenerator.from_seed(1))
+released.write.parquet(output)
+print(f"job {time.perf_counter() - start:.2f}")
+spark.stop()
+"""
 
-    from pure_dp_mf.engines.keyed import KeyedEvent, run_keyed
-    from pure_dp_mf.engines.spark import private_running_counts
 
+def write_events(folder: str, keys: int, steps: int, per_key: int) -> tuple[str, str]:
+    """keys.txt (key0 … key{K−1}) and events.csv: ``per_key`` events a key on average, at uniform
+    random steps, in step order (the local engine reads a file in step order)."""
     rng = np.random.default_rng(0)
-    names = [f"key{i}" for i in range(keys)]
-    table = pd.DataFrame(
-        {
-            "key": [names[i] for i in rng.integers(0, keys, events)],
-            "step": np.sort(rng.integers(1, steps + 1, events)),
-            "value": 1,
-        }
-    )
+    events = keys * per_key
+    key_index = rng.integers(0, keys, events)
+    step = np.sort(rng.integers(1, steps + 1, events))
+    keys_file, events_file = os.path.join(folder, "keys.txt"), os.path.join(folder, "events.csv")
+    with open(keys_file, "w", encoding="utf-8") as handle:
+        handle.write("".join(f"key{i}\n" for i in range(keys)))
+    with open(events_file, "w", encoding="utf-8") as handle:
+        handle.write("key,step\n")
+        for first in range(0, events, 1 << 20):
+            rows = zip(key_index[first : first + (1 << 20)].tolist(), step[first : first + (1 << 20)].tolist(), strict=True)
+            handle.write("".join(f"key{k},{s}\n" for k, s in rows))
+    return keys_file, events_file
+
+
+def watched(command: list[str], environment: dict) -> dict:
+    """Run ``command`` and sample its process tree's resident memory every 0.2 s (psutil): the
+    peak of the Python driver (the command), of the JVM, of one Python worker and of all Python
+    workers together; the wall time, and the CPU time of the whole tree (user + system, as last
+    sampled: on a shared machine the wall time depends on the load, the CPU time much less)."""
+    import subprocess
+
+    import psutil
+
+    peaks = {"driver": 0, "jvm": 0, "worker": 0, "workers": 0}
+    cpu: dict[int, float] = {}  # the last user + system seconds seen of each process of the tree
     start = time.perf_counter()
-    counters = KeyedCounters(keys=names, epsilon=1.0, horizon=steps, base=base, rng=NoiseGenerator.from_seed(1))
-    local = {
-        step: counts
-        for step, counts, *_ in run_keyed(
-            counters, (KeyedEvent(k, int(s), 1) for k, s in zip(table["key"], table["step"], strict=True))
-        )
-    }
-    local_seconds = time.perf_counter() - start
-    frame = session.createDataFrame(table).cache()
-    frame.count()
-    released = private_running_counts(
-        frame, keys=names, epsilon=1.0, horizon=steps, base=base, generator=NoiseGenerator.from_seed(1)
-    )
-    start = time.perf_counter()
-    rows = released.count()
-    spark_seconds = time.perf_counter() - start
-    got = released.select("key", "step", "count").toPandas()
-    frame.unpersist()
-    index = {name: i for i, name in enumerate(names)}
-    same = len(got) == keys * steps and all(
-        int(local[int(step)][index[key]]) == int(count) for key, step, count in got.itertuples(index=False)
-    )
+    child = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root = psutil.Process(child.pid)
+    while child.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+            workers = 0
+            for process in tree:
+                try:
+                    rss, line = process.memory_info().rss, " ".join(process.cmdline())
+                    times = process.cpu_times()
+                    cpu[process.pid] = times.user + times.system
+                except psutil.Error:
+                    continue
+                if process.pid == root.pid:
+                    peaks["driver"] = max(peaks["driver"], rss)
+                elif "java" in os.path.basename(process.cmdline()[0] if process.cmdline() else ""):
+                    peaks["jvm"] = max(peaks["jvm"], rss)
+                elif "pyspark" in line:
+                    peaks["worker"] = max(peaks["worker"], rss)
+                    workers += rss
+            peaks["workers"] = max(peaks["workers"], workers)
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    out, err = child.communicate()
+    seconds = time.perf_counter() - start
+    if child.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} … failed ({child.returncode}): {err.strip().splitlines()[-1:] or ''}")
+    memory = {name: value / 2**20 for name, value in peaks.items()}
+    return {"seconds": seconds, "cpu_seconds": sum(cpu.values()), **memory, "stdout": out}
+
+
+def spark_scaling(keys: int, steps: int, per_key: int, folder: str, *, masters: list[str], local: bool, api: bool) -> list[dict]:
+    """One shape (keys × steps, ``per_key`` events a key) through the CLI: the local engine (when
+    ``local``) and ``--engine spark`` on each of ``masters``, each writing a CSV file (the same
+    bytes: checked), and through the DataFrame API on local[2] (``private_running_counts`` written
+    as Parquet by Spark). Each run is a fresh process, start-up included; its peak memory sampled
+    from outside (``watched``)."""
+    import filecmp
+
+    os.makedirs(folder, exist_ok=True)
+    keys_file, events_file = write_events(folder, keys, steps, per_key)
+    base = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count", events_file, "--key-column", "key"]
+    base += ["--keys", keys_file, "--step-column", "step", "--horizon", str(steps), "--epsilon", "1", "--seed", "1"]
+    environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    rows, outputs = [], []
+    runs = ([("local engine", "local", None)] if local else []) + [(f"CLI {master}", "spark", master) for master in masters]
+    for label, engine, master in runs:
+        output = os.path.join(folder, f"out-{engine}-{(master or '').strip('local[]') or 'x'}.csv")
+        if os.path.exists(output):
+            os.unlink(output)
+        run_environment = environment if master is None else {**environment, "PURE_DP_MF_SPARK_MASTER": master}
+        result = watched([*base, "--engine", engine, "--output", output], run_environment)
+        outputs.append(output)
+        rows.append({"keys": keys, "steps": steps, "events": keys * per_key, "run": label, "sink": "csv", **result})
+        print_scaling(rows[-1])
+    if api:
+        output = os.path.join(folder, "out-api.parquet")
+        shutil.rmtree(output, ignore_errors=True)
+        command = [sys.executable, "-c", SPARK_API_CHILD, events_file, keys_file, str(steps), output]
+        result = watched(command, {**environment, "PURE_DP_MF_SPARK_MASTER": "local[2]"})
+        rows.append({"keys": keys, "steps": steps, "events": keys * per_key, "run": "DataFrame API local[2]", "sink": "parquet"})
+        rows[-1].update(result)
+        print_scaling(rows[-1])
+        shutil.rmtree(output, ignore_errors=True)
+    same = all(filecmp.cmp(outputs[0], other, shallow=False) for other in outputs[1:])
+    for output in outputs:
+        os.unlink(output)
     if not same:
-        raise SystemExit("Spark batch and the local engine released different counts for the same generator")
-    return {
-        "keys": keys,
-        "steps": len(local),
-        "events": events,
-        "local_seconds": local_seconds,
-        "spark_seconds": spark_seconds,
-        "rows": rows,
-    }
+        raise SystemExit("the local engine and Spark wrote different releases for the same seed")
+    return rows
+
+
+def print_scaling(row: dict) -> None:
+    rate = row["keys"] * row["steps"] / row["seconds"]
+    print(
+        f"{row['keys']:,} keys × {row['steps']} steps ({row['events']:,} events), {row['run']} → {row['sink']}: "
+        f"{row['seconds']:.1f} s ({row['cpu_seconds']:.0f} CPU s), {rate:.3g} rows/s; peak RSS driver {row['driver']:.0f} MiB, JVM {row['jvm']:.0f} MiB, "
+        f"Python worker {row['worker']:.0f} MiB (all workers {row['workers']:.0f} MiB)",
+        flush=True,
+    )
+
+
+def scaling_table(rows: list[dict]) -> None:
+    """The Spark scaling runs as a Markdown table, with the ratios the goals name."""
+    print("| keys × steps | run | sink | time | CPU time | rows/s | driver | JVM | worker (all) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['keys']:,} × {row['steps']} | {row['run']} | {row['sink']} | {row['seconds']:.1f} s | "
+            f"{row['cpu_seconds']:.0f} s | "
+            f"{row['keys'] * row['steps'] / row['seconds']:.3g} | {row['driver']:.0f} MiB | {row['jvm']:.0f} MiB | "
+            f"{row['worker']:.0f} ({row['workers']:.0f}) MiB |"
+        )
+    for keys in sorted({row["keys"] for row in rows}):
+        times = {row["run"]: row["seconds"] for row in rows if row["keys"] == keys}
+        if "CLI local[1]" in times and "CLI local[2]" in times:
+            print(f"{keys:,} keys: local[1] / local[2] = {times['CLI local[1]'] / times['CLI local[2]']:.2f}×")
+        if "local engine" in times and "CLI local[2]" in times:
+            print(f"{keys:,} keys: Spark local[2] / local engine = {times['CLI local[2]'] / times['local engine']:.2f}×")
 
 
 def spark_stream_latency(
@@ -373,19 +475,18 @@ def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict],
             f"first {stream['first_seconds']:.1f} s, median {stream['median_seconds']:.2f} s; state store "
             f"{stream['state_rows']} rows, {stream['state_bytes'] / 2**20:.2f} MiB |"
         )
-    if batches:
-        cells = "; ".join(
-            f"{batch['keys']:,} keys: local {batch['local_seconds']:.1f} s, Spark {batch['spark_seconds']:.1f} s "
-            f"({batch['spark_seconds'] / batch['local_seconds']:.2f}×)"
-            for batch in batches
-        )
-        faster = [batch["keys"] for batch in batches if batch["spark_seconds"] < batch["local_seconds"]]
-        where = (
-            f"Spark faster from {min(faster):,} keys"
-            if faster
-            else f"Spark slower up to {max(batch['keys'] for batch in batches):,} keys"
-        )
-        print(f"| Spark batch × {batches[0]['steps']} steps, local[2] | ≤ 2× local, and where Spark wins | {cells}; {where} |")
+    for keys in sorted({batch["keys"] for batch in batches}):
+        times = {batch["run"]: batch for batch in batches if batch["keys"] == keys}
+        spark, local = times.get("CLI local[2]"), times.get("local engine")
+        if spark is not None:
+            versus = f", {spark['seconds'] / local['seconds']:.2f}× the local engine ({local['seconds']:.1f} s)" if local else ""
+            print(
+                f"| Spark batch CLI, {keys:,} keys × {spark['steps']} steps, local[2] | ≤ 2× local, driver ≤ 2 GB | "
+                f"{spark['seconds']:.1f} s{versus}; driver {spark['driver']:.0f} MiB, JVM {spark['jvm']:.0f} MiB |"
+            )
+        if spark is not None and "CLI local[1]" in times:
+            speedup = times["CLI local[1]"]["seconds"] / spark["seconds"]
+            print(f"| Spark batch, {keys:,} keys, local[1] → local[2] | ≥ 1.6× | {speedup:.2f}× |")
     if memory:
         cells = "; ".join(f"{row['keys']:,} × {row['steps']:,}: {row['peak_rss_mib']:.0f} MiB" for row in memory)
         print(f"| memory, keyed local (peak RSS, keys × steps) | O(keys · log n) | {cells} |")
@@ -422,9 +523,15 @@ def main() -> None:
     parser.add_argument("--sampler-keys", type=int, default=2000, help="keys of the sampler comparison (0: skip)")
     parser.add_argument("--per-key", action="store_true", help="also time the release with pages drawn one key at a time")
     parser.add_argument("--spark", action="store_true", help="also time Spark batch on local[2] (the spark extra)")
-    parser.add_argument("--spark-keys", type=int, nargs="+", default=[1000, 10_000], help="key counts of the batch comparison")
+    parser.add_argument("--spark-keys", type=int, nargs="+", default=[10_000, 100_000], help="key counts of the batch runs")
     parser.add_argument("--spark-steps", type=int, default=365)
-    parser.add_argument("--spark-events", type=int, default=None, help="events of the batch comparison (default 100 per key)")
+    parser.add_argument("--spark-events-per-key", type=int, default=10, help="events a key in the batch runs (sparse)")
+    parser.add_argument("--spark-masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters of the CLI runs")
+    parser.add_argument(
+        "--local-max-keys", type=int, default=200_000, help="run the local engine beside Spark up to this many keys"
+    )
+    parser.add_argument("--no-api", action="store_true", help="skip the DataFrame API run (Parquet through Spark's writer)")
+    parser.add_argument("--spark-folder", default=None, help="work folder of the batch runs (default: a temporary one)")
     parser.add_argument("--spark-stream", action="store_true", help="time Spark Structured Streaming micro-batches")
     parser.add_argument("--stream-keys", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--stream-steps", type=int, default=12)
@@ -456,23 +563,23 @@ def main() -> None:
         if missing:
             skipped = [flag for flag in ("--spark", "--spark-stream") if getattr(arguments, flag[2:].replace("-", "_"))]
             print(f"skipping {' and '.join(skipped)}: {missing}", file=sys.stderr)
-        session = spark_session() if (arguments.spark or arguments.spark_stream) and not missing else None
+        session = spark_session() if arguments.spark_stream and not missing else None
         try:
-            for spark_keys in arguments.spark_keys if arguments.spark and session is not None else []:
-                events = arguments.spark_events or 100 * spark_keys
+            for spark_keys in arguments.spark_keys if arguments.spark and not missing else []:
                 try:
-                    timing = spark_ratio(session, spark_keys, arguments.spark_steps, events, base=arguments.base)
+                    batches += spark_scaling(
+                        spark_keys,
+                        arguments.spark_steps,
+                        arguments.spark_events_per_key,
+                        os.path.join(arguments.spark_folder or scratch, f"batch_{spark_keys}"),
+                        masters=arguments.spark_masters,
+                        local=spark_keys <= arguments.local_max_keys,
+                        api=not arguments.no_api,
+                    )
                 except Exception as error:  # say so, run the other parts, exit 1 at the end
                     failed.append(f"--spark: {one_line(error)}")
                     print(f"Spark batch failed: {one_line(error)}", file=sys.stderr, flush=True)
                     break
-                batches.append(timing)
-                print(
-                    f"Spark batch local[2] vs local: {timing['keys']} keys × {timing['steps']} steps, "
-                    f"{timing['events']} events (the same releases): local {timing['local_seconds']:.1f} s, "
-                    f"Spark {timing['spark_seconds']:.1f} s, ratio Spark/local {timing['spark_seconds'] / timing['local_seconds']:.2f}",
-                    flush=True,
-                )
             if arguments.spark_stream and session is not None:
                 try:
                     streams = stream_part(session, arguments, scratch)
@@ -538,6 +645,8 @@ def main() -> None:
         figure.savefig(arguments.plot)
     shapes = [tuple(int(part) for part in shape.split("x")) for shape in arguments.memory_shapes.split(",") if shape]
     memory = keyed_memory(shapes) if shapes else []
+    if batches:
+        scaling_table(batches)
     goals_table(local=measured.get(True), streams=streams, batches=batches, memory=memory)
     if skipped or failed:
         reasons = [f"not run: {' and '.join(skipped)} ({missing})"] if skipped else []

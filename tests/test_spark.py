@@ -93,7 +93,7 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
 
 def test_spark_refuses_bad_input_of_listed_keys_only(spark):
     options = {"keys": ["de"], "epsilon": 1.0, "horizon": 40, "key_column": "country", "step_column": "day", "base": BASE}
-    bad = [("u", "de", "1", "5"), ("u", "de", "1_0", "1"), ("u", "de", "x", "1")]
+    bad = [("u", "de", "1", "5"), ("u", "de", "1_0", "1"), ("u", "de", "x", "1"), ("u", "de", "2", "9" * 40)]
     for row in bad:
         frame = spark.createDataFrame(pd.DataFrame([row], columns=["uid", "country", "day", "value"]))
         with pytest.raises(InvalidInputError, match="nothing was released"):
@@ -411,3 +411,43 @@ def test_count_on_spark_without_pyspark_names_the_install_line(tmp_path):
     )
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "pip install -e '.[spark]'" in _error_lines(finished)[0]
+
+
+def test_count_on_spark_at_a_thousand_keys_streams_the_local_bytes_and_never_overwrites(tmp_path):
+    """10³ keys in 4 shards (local[2]): the CSV the executors write and the driver streams
+    together is byte for byte the local engine's; a rerun onto the same --output is refused
+    before Spark starts (the file unchanged); --format parquet writes a folder of one file per
+    shard holding the same releases."""
+    pyarrow_parquet = pytest.importorskip("pyarrow.parquet")
+    keys = [f"k{i}" for i in range(1000)]
+    (tmp_path / "keys.txt").write_text("".join(f"{key}\n" for key in keys))
+    rng = np.random.default_rng(11)
+    steps = np.sort(rng.integers(1, 11, 5000))
+    chosen = rng.integers(0, 1000, 5000)
+    (tmp_path / "events.csv").write_text("key,day\n" + "".join(f"k{k},{s}\n" for k, s in zip(chosen, steps, strict=True)))
+    arguments = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count", str(tmp_path / "events.csv")]
+    arguments += ["--key-column", "key", "--keys", str(tmp_path / "keys.txt"), "--step-column", "day", "--epsilon", "1"]
+    arguments += ["--horizon", "10", "--seed", "3", "--base", BASE]
+
+    def run(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*arguments, *more], env=_spark_environment(), capture_output=True, text=True, timeout=600)
+
+    local = run("--output", str(tmp_path / "local.csv"))
+    on_spark = run("--engine", "spark", "--output", str(tmp_path / "spark.csv"))
+    assert local.returncode == 0 and on_spark.returncode == 0, on_spark.stderr[-3000:]
+    written = (tmp_path / "spark.csv").read_bytes()
+    assert written == (tmp_path / "local.csv").read_bytes() and written.count(b"\n") == 1 + 1000 * 10
+    again = run("--engine", "spark", "--output", str(tmp_path / "spark.csv"))
+    assert again.returncode == 2 and _error_lines(again) == [
+        f"error: --output {tmp_path / 'spark.csv'} already exists and is not empty"
+    ]
+    assert "Traceback" not in again.stderr and (tmp_path / "spark.csv").read_bytes() == written
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".pure-dp-mf-spark-")]  # no parts left behind
+    parquet = run("--engine", "spark", "--format", "parquet", "--output", str(tmp_path / "spark.parquet"))
+    assert parquet.returncode == 0, parquet.stderr[-3000:]
+    assert sorted(path.name for path in (tmp_path / "spark.parquet").iterdir()) == [f"part-{i:06d}.parquet" for i in range(4)]
+    table = pyarrow_parquet.read_table(tmp_path / "spark.parquet").to_pandas()
+    released = pd.read_csv(tmp_path / "local.csv")
+    merged = released.merge(table, on=["key", "step"], suffixes=("", "_spark"))
+    assert len(merged) == len(table) == 10_000 and (merged["count"] == merged["count_spark"]).all()
+    assert (merged["lower"] == merged["lower_spark"]).all() and (merged["upper"] == merged["upper_spark"]).all()

@@ -80,8 +80,19 @@ def count_keyed(
                 "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
                 "one stream, --start and the units step and user-step run on the local engine"
             )
+        if operator_log_file is not None:
+            raise InvalidInputError("--operator-log is for the local engine")
+        if invalid not in ("refuse", "zero", "clamp"):
+            raise InvalidInputError(f"--invalid {invalid} is for the local engine; --engine spark takes refuse, zero or clamp")
         _count_on_spark(
-            input_file=input_file, keys=keys, columns=columns, options={**mechanism, **bounds}, rng=rng, state=state, **release
+            input_file=input_file,
+            keys=keys,
+            columns=columns,
+            options={**mechanism, **bounds},
+            rng=rng,
+            state=state,
+            invalid=invalid,
+            **release,
         )
         return
     if engine != "local":
@@ -133,14 +144,19 @@ def _count_on_spark(
     options: dict[str, Any],
     rng: NoiseGenerator | None,
     state: Path | None,
+    invalid: str,
     output: Path | None,
     output_format: str,
     beta: float,
     through: int,
 ) -> None:
-    """``--engine spark``: refuse what only the local engine does, then ``engines.spark.count_file_on_spark``."""
-    if state is not None or output_format == "parquet":
-        raise InvalidInputError("--state and --format parquet are for the local engine (Spark keeps its state in its checkpoint)")
+    """``--engine spark``: refuse what only the local engine does, then ``engines.spark.count_file_on_spark``
+    (which refuses an existing non-empty ``--output`` before Spark starts, as the local engine does)."""
+    if state is not None:
+        raise InvalidInputError(
+            "--state is for the local engine: a Spark batch run releases every step in one job and keeps no state "
+            "(rerun it with a new --output; Spark streaming keeps its state in its checkpoint)"
+        )
     from pure_dp_mf.engines.spark import count_file_on_spark
 
     count_file_on_spark(
@@ -153,6 +169,7 @@ def _count_on_spark(
         output_format=output_format,
         beta=beta,
         through=through,
+        invalid=invalid,
     )
 
 

@@ -9,15 +9,23 @@ noise is keyed by the run's generator and the key alone (``keyed.py``), and the 
 admit a user's events in the same order (step, then key, then value). The privacy model and its
 proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
 
-Plan: unknown keys dropped (a join with the public key list); with user-level privacy,
-``groupBy(user).applyInPandas`` applies each user's contribution bounds; the kept values are
-summed per (key, step); the keys are cut into shards of ``keys_per_shard`` consecutive keys of
-the list (default 1 024), every shard is unioned in so that it has a group with or without events,
-and ``groupBy(shard).applyInPandas`` releases each shard's keys at steps 1 … ``through`` in one
-vectorised pass (``KeyedCounters`` over the shard's keys: the noise of all of them drawn in
-lockstep, one matrix product per base block). A key's noise depends on the run's generator and
-the key only, so the shards change no value. The generator key travels to the executors in the
-task closure: run on a cluster you trust with it.
+Plan: unknown keys dropped (a broadcast join with the public key list, which gives each event
+its key's position and shard); with user-level privacy, ``groupBy(user).applyInPandas`` applies
+each user's contribution bounds; the keys are cut into shards of ``keys_per_shard`` consecutive
+keys of the list (default 1 024 at most), every key travels as one row beside its shard's events
+(so a shard's group holds its keys and events, with or without events, and no task carries the
+whole key list), the rows are hash-partitioned into one partition per shard, and
+``groupBy(shard).applyInPandas`` releases each shard's keys at steps 1 … ``through`` in one
+vectorised pass on Arrow batches (``KeyedCounters`` over the shard's keys: the noise of all of
+them drawn in lockstep, each key's pages once, one matrix product per base block). A Python
+worker holds one shard at a time, so memory is bounded by the shard size, not by the keys. A
+key's noise depends on the run's generator and the key only, so the shards change no value. The
+generator key travels to the executors in the task closure: run on a cluster you trust with it.
+
+``count --engine spark`` (``count_file_on_spark``): the executors write each shard's rows, and the
+driver streams the shards' files into ``--output`` without holding the rows; the session's
+memory comes from the machine (``session_memory``) and a failed job is one line naming the
+setting to change (``spark_error``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -33,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, public_schedule
-from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
@@ -68,7 +78,9 @@ def private_running_counts(
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
-    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring).
+    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring). Nothing is computed
+    here but the input checks: write the DataFrame to a sink (``released.write.parquet(…)``) and
+    the executors release and write every shard's rows, none of them passing through the driver.
 
     Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
     other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
@@ -78,12 +90,67 @@ def private_running_counts(
 
     ``keys_per_shard`` (default: the keys spread over two shards per core of the session, at most
     1 024 and at least 64 a shard) sets how many keys one Python call releases; it changes no value."""
+    grouped, settings, through = _shard_groups(
+        events,
+        keys=keys,
+        epsilon=epsilon,
+        horizon=horizon,
+        key_column=key_column,
+        step_column=step_column,
+        value_column=value_column,
+        user_column=user_column,
+        privacy_unit=privacy_unit,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+        max_value=max_value,
+        through=through,
+        base=base,
+        metric=metric,
+        generator=generator,
+        beta=beta,
+        invalid=invalid,
+        keys_per_shard=keys_per_shard,
+    )
+    return grouped.applyInPandas(lambda frame: _release_shard(frame, through=through, settings=settings), RELEASE_SCHEMA)
+
+
+def _shard_groups(
+    events: Any,
+    *,
+    keys: Sequence[str],
+    epsilon: float,
+    horizon: int | None,
+    key_column: str,
+    step_column: str,
+    value_column: str | None,
+    user_column: str | None,
+    privacy_unit: str,
+    max_keys: int | None,
+    max_per_key: int | None,
+    max_value: int,
+    through: int | None,
+    base: str | None,
+    metric: str,
+    generator: NoiseGenerator | None,
+    beta: float,
+    invalid: str,
+    keys_per_shard: int | None,
+) -> tuple[Any, dict, int]:
+    """The batch plan up to the release: (the rows grouped by shard, the run's settings, through).
+
+    The keys are cut into shards of ``keys_per_shard`` consecutive keys of the list; every key
+    travels as one row (key, position in the list, shard, step 0) beside its events (position,
+    shard, step ≥ 1, value), so a shard's group holds its own keys and its events and nothing
+    else: no task carries the whole key list, and a worker holds one shard at a time. The rows
+    are hash-partitioned by shard into one partition per shard (``repartition``: adaptive
+    execution does not merge these, so the shards spread over every core)."""
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
+    spark = events.sparkSession
     if keys_per_shard is None:
-        keys_per_shard = batch_shard_size(keys=len(keys), cores=int(events.sparkSession.sparkContext.defaultParallelism))
-    shards = _shards(keys, keys_per_shard)
+        keys_per_shard = batch_shard_size(keys=len(keys), cores=int(spark.sparkContext.defaultParallelism))
+    keys_per_shard = check_size(keys_per_shard, name="keys_per_shard")
     generator = generator if generator is not None else NoiseGenerator.secure()
     _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
     _check_unit(privacy_unit, user_column)
@@ -102,8 +169,7 @@ def private_running_counts(
         max_keys=max_keys,
         max_per_key=max_per_key,
     )
-    spark = events.sparkSession
-    key_table = _key_table(spark, shards)
+    key_table = _key_table(spark, keys, keys_per_shard)
     table = _scheduled(
         events,
         key_table,
@@ -116,18 +182,15 @@ def private_running_counts(
     table = _apply_policy(table, invalid=invalid, max_value=max_value)
     if privacy_unit == "user":
         table = table.groupBy("user").applyInPandas(
-            lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value, keys=keys),
-            "key string, step long, value long",
+            lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value),
+            "key string, step long, value long, position long, shard long",
         )
-    totals = table.groupBy("key", "step").agg(F.sum("value").alias("value"))
-    totals = totals.join(F.broadcast(key_table), on="key", how="inner")
-    every_shard = spark.createDataFrame(
-        [(None, 0, 0, shard) for shard in range(len(shards))], "key string, step long, value long, shard long"
+    kept = table.select(F.lit(None).cast("string").alias("key"), "position", "shard", "step", "value")
+    key_rows = key_table.select(
+        "key", "position", "shard", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value")
     )
-    grouped = totals.unionByName(every_shard).groupBy("shard")
-    return grouped.applyInPandas(
-        lambda frame: _release_shard(frame, shards=shards, through=through, settings=settings), RELEASE_SCHEMA
-    )
+    shards = -(-len(keys) // keys_per_shard)
+    return kept.unionByName(key_rows).repartition(shards, "shard").groupBy("shard"), settings, through
 
 
 _INTEGER = "^-?[0-9]+(\\.0*)?$"
@@ -158,13 +221,13 @@ def _strict_long(column):
     from pyspark.sql import functions as F
 
     text = F.trim(column.cast("string"))
-    return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").cast("decimal(38,0)").cast("long"))
+    return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").try_cast("decimal(38,0)").try_cast("long"))
 
 
 def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int | None):
-    """(key, step, value[, user]) of the events of listed keys whose step is in [1, through] (≥ 1
-    when ``through`` is None: a stream without a horizon); the
-    others are dropped before their values are looked at. ``valid`` marks parsable values."""
+    """(key, step, value[, user], position, shard) of the events of listed keys whose step is in
+    [1, through] (≥ 1 when ``through`` is None: a stream without a horizon); the others are
+    dropped before their values are looked at. A null step or value marks one that does not parse."""
     from pyspark.sql import functions as F
 
     value = _strict_long(F.col(value_column)) if value_column is not None else F.lit(1).cast("long")
@@ -175,7 +238,7 @@ def _scheduled(events, key_table, *, key_column, step_column, value_column, user
     ]
     if user_column is not None:
         columns.append(F.col(user_column).cast("string").alias("user"))
-    table = events.select(*columns).join(F.broadcast(key_table.select("key")), on="key", how="inner")
+    table = events.select(*columns).join(F.broadcast(key_table), on="key", how="inner")
     in_schedule = F.col("step") >= 1 if through is None else F.col("step").between(1, through)
     return table.where(F.col("step").isNull() | in_schedule)
 
@@ -212,53 +275,79 @@ def _shards(keys: Sequence[str], keys_per_shard: int) -> list[list[str]]:
     return [list(keys[start : start + keys_per_shard]) for start in range(0, len(keys), keys_per_shard)]
 
 
-def _key_table(spark, shards: Sequence[Sequence[str]]):
-    """The public keys with their shard: a DataFrame (key, shard)."""
-    return spark.createDataFrame(
-        [(key, shard) for shard, shard_keys in enumerate(shards) for key in shard_keys], "key string, shard long"
-    )
-
-
-def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int, keys: Sequence[str]):
-    """One user's kept events: admitted in the order (step, key, value), as the local engine does."""
+def _key_table(spark, keys: Sequence[str], keys_per_shard: int):
+    """The public keys as a DataFrame (key, position in the list, shard = position // keys_per_shard),
+    sent to the JVM as one Arrow table (no Python object per key on the way)."""
     import pandas as pd
 
-    index = {key: i for i, key in enumerate(keys)}
+    position = np.arange(len(keys), dtype=np.int64)
+    frame = pd.DataFrame({"key": pd.Series(list(keys), dtype=object), "position": position, "shard": position // keys_per_shard})
+    setting = "spark.sql.execution.arrow.pyspark.enabled"
+    before = spark.conf.get(setting, "false")
+    spark.conf.set(setting, "true")
+    try:
+        return spark.createDataFrame(frame, "key string, position long, shard long")
+    finally:
+        spark.conf.set(setting, before)
+
+
+def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int):
+    """One user's kept events: admitted in the order (step, key, value), as the local engine does
+    (a key is known to the bounds by its position in the list)."""
+    import pandas as pd
+
     bounder = ContributionBounder(int(max_keys or 0), int(max_per_key or 0), max_value)
     rows = []
     ordered = frame.sort_values(["step", "key", "value"], kind="stable")
-    for user, key, step, value in zip(ordered["user"], ordered["key"], ordered["step"], ordered["value"], strict=True):
-        kept = bounder.admit(str(user), index[key], int(step), int(value))
+    columns = (ordered[name] for name in ("user", "key", "step", "value", "position", "shard"))
+    for user, key, step, value, position, shard in zip(*columns, strict=True):
+        kept = bounder.admit(str(user), int(position), int(step), int(value))
         if kept:
-            rows.append((key, int(step), kept))
-    return pd.DataFrame(rows, columns=["key", "step", "value"]).astype({"step": "int64", "value": "int64"})
+            rows.append((key, int(step), kept, int(position), int(shard)))
+    names = ["key", "step", "value", "position", "shard"]
+    return pd.DataFrame(rows, columns=names).astype({name: "int64" for name in names[1:]})
 
 
-def _release_shard(frame, *, shards: Sequence[Sequence[str]], through: int, settings: dict):
-    """One shard's releases at steps 1 … through: every key of the shard in one vectorised pass
-    (rows with step 0 only give the shard its group)."""
-    shard_keys = shards[int(frame["shard"].iloc[0])]
-    counters = _shard_counters(shard_keys, settings)
+def _shard_release(frame, *, through: int, settings: dict):
+    """One shard's group (its keys' rows, step 0, and its events) released at steps 1 … through:
+    (the shard's keys in list order, counts, std, lower, upper), every key in one vectorised pass
+    (``KeyedCounters.release_steps``: the noise of all of them drawn in lockstep, each key's noise
+    page drawn once). A worker keeps nothing after the call: a batch shard is released once."""
+    key_rows = frame[frame["step"] == 0].sort_values("position")
+    shard_keys = key_rows["key"].tolist()
+    counters = _shard_counters(shard_keys, settings, keep=False)
     events = frame[frame["step"] >= 1]
     increments = np.zeros((len(shard_keys), through), dtype=np.int64)
-    rows = events["key"].map(counters.index).to_numpy(dtype=np.int64)
+    rows = np.searchsorted(key_rows["position"].to_numpy(dtype=np.int64), events["position"].to_numpy(dtype=np.int64))
     np.add.at(increments, (rows, events["step"].to_numpy(dtype=np.int64) - 1), events["value"].to_numpy(dtype=np.int64))
-    return _shard_frame(counters, increments, totals=np.zeros(len(shard_keys), dtype=np.int64), start=0, settings=settings)
+    totals = np.zeros(len(shard_keys), dtype=np.int64)
+    return (counters, *counters.release_steps(increments, start=0, totals=totals, beta=settings["beta"]))
+
+
+def _release_shard(frame, *, through: int, settings: dict):
+    """One shard's rows (key, step, count, std, lower, upper) at steps 1 … through (``_shard_release``)."""
+    counters, counts, std, lower, upper = _shard_release(frame, through=through, settings=settings)
+    return _rows_frame(counters.keys, counts, std, lower, upper, start=0)
 
 
 def _shard_frame(counters: KeyedCounters, increments: np.ndarray, *, totals: np.ndarray, start: int, settings: dict):
     """The rows (key, step, count, std, lower, upper) of ``KeyedCounters.release_steps``: the
     steps start + 1 … start + s of every key of ``counters``."""
+    counts, std, lower, upper = counters.release_steps(increments, start=start, totals=totals, beta=settings["beta"])
+    return _rows_frame(counters.keys, counts, std, lower, upper, start=start)
+
+
+def _rows_frame(keys: Sequence[str], counts: np.ndarray, std: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, start: int):
+    """Released arrays (keys, steps) as rows (key, step, count, std, lower, upper), key by key."""
     import pandas as pd
 
-    keys, steps = increments.shape
-    counts, std, lower, upper = counters.release_steps(increments, start=start, totals=totals, beta=settings["beta"])
+    steps = counts.shape[1]
     return pd.DataFrame(
         {
-            "key": np.repeat(np.asarray(counters.keys, dtype=object), steps),
-            "step": np.tile(np.arange(start + 1, start + steps + 1, dtype=np.int64), keys),
+            "key": np.repeat(np.asarray(keys, dtype=object), steps),
+            "step": np.tile(np.arange(start + 1, start + steps + 1, dtype=np.int64), len(keys)),
             "count": counts.ravel(),
-            "std": np.tile(std, keys),
+            "std": np.tile(std, len(keys)),
             "lower": lower.ravel(),
             "upper": upper.ravel(),
         }
@@ -367,14 +456,16 @@ def private_running_counts_stream(
     settings["invalid"] = invalid
     spark = events.sparkSession
     shards = _shards(keys, keys_per_shard)
-    key_table = _key_table(spark, shards)
+    key_table = _key_table(spark, keys, keys_per_shard)
     table = _scheduled(events, key_table, **columns, through=horizon)
     table = _stream_policy(table, invalid=invalid, max_value=max_value)
     shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
     ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
     if privacy_unit == "user":
         table = _bounded_users(table, settings=settings, keys=keys)
-    rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(F.broadcast(key_table), on="key", how="inner")
+    rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(
+        F.broadcast(key_table.select("key", "shard")), on="key", how="inner"
+    )
     ticks = ticks.select(
         F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), F.lit(True).alias("tick"), "shard"
     )
@@ -592,8 +683,6 @@ page of 2^10 int64 draws (8 KiB) for each level in use and one ahead, so a one-l
 
 
 def _cached_keys() -> int:
-    import os
-
     setting = os.environ.get("PURE_DP_MF_SPARK_CACHED_KEYS")
     try:
         return CACHED_KEYS if setting is None else max(0, int(setting))
@@ -601,20 +690,30 @@ def _cached_keys() -> int:
         raise InvalidInputError(f"PURE_DP_MF_SPARK_CACHED_KEYS={setting!r} is not a whole number") from None
 
 
-def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
+def _shard_counters(shard_keys: Sequence[str], settings: dict, *, keep: bool = True) -> KeyedCounters:
     """The counters of one shard's keys on an executor, from the run's settings. The Python worker
     keeps the most recently used shards, up to ``CACHED_KEYS`` keys in all (every shard of a
     query of up to 131 072 keys), with their drawn noise pages, so the next micro-batch of a
     shard reuses them instead of drawing its pages again. Kept or rebuilt, a key's noise at a step
     is the same pure function of (generator, key, step): caching changes no value and draws no
-    noise twice for different data."""
+    noise twice for different data. ``keep=False`` (batch: a shard is released once) builds the
+    counters without keeping them."""
+    if not keep:
+        return KeyedCounters(
+            keys=shard_keys,
+            rng=NoiseGenerator.from_record(settings["generator"]),
+            _lineage=settings["lineage"],
+            **_mechanism_settings(settings),
+        )
     run = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
     tag = (run, tuple(shard_keys))
     counters = _SHARD_COUNTERS.get(tag)
     if counters is None:
-        mechanism = {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage", "invalid")}
         counters = KeyedCounters(
-            keys=shard_keys, rng=NoiseGenerator.from_record(settings["generator"]), _lineage=settings["lineage"], **mechanism
+            keys=shard_keys,
+            rng=NoiseGenerator.from_record(settings["generator"]),
+            _lineage=settings["lineage"],
+            **_mechanism_settings(settings),
         )
         _SHARD_COUNTERS[tag] = counters
         budget = _cached_keys()
@@ -622,6 +721,11 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict) -> KeyedCounters:
             _SHARD_COUNTERS.popitem(last=False)
     _SHARD_COUNTERS.move_to_end(tag)
     return counters
+
+
+def _mechanism_settings(settings: dict) -> dict:
+    """The keyword arguments of ``KeyedCounters`` among the run's settings."""
+    return {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage", "invalid")}
 
 
 def _warn_seeded() -> None:
@@ -638,7 +742,6 @@ JAVA_INSTALL = "install a JDK 17 (e.g. apt-get install openjdk-17-jre-headless) 
 def _java_problem() -> str | None:
     """Why the JVM cannot start, checked before Spark tries (None when a java is found): JAVA_HOME
     without bin/java, or neither JAVA_HOME nor java on the PATH."""
-    import os
     import shutil
     from pathlib import Path
 
@@ -653,12 +756,46 @@ def _java_problem() -> str | None:
     return None
 
 
+MEMORY_SETTING = "PURE_DP_MF_SPARK_MEMORY"
+SHARD_SETTING = "PURE_DP_MF_SPARK_KEYS_PER_SHARD"
+LOG_SETTING = "PURE_DP_MF_SPARK_LOG_LEVEL"
+_MEMORY = re.compile(r"^[1-9][0-9]*[kmgt]?$")
+
+
+def session_memory() -> str:
+    """The heap of the Spark driver's JVM (``spark.driver.memory``; in local mode the executors
+    run inside it): ``PURE_DP_MF_SPARK_MEMORY`` (e.g. "6g"), by default an eighth of this
+    machine's physical memory, at least 1 GiB and at most 4 GiB. The Python workers live outside
+    that heap: what bounds them is the shard size (``PURE_DP_MF_SPARK_KEYS_PER_SHARD``)."""
+    setting = os.environ.get(MEMORY_SETTING)
+    if setting:
+        if not _MEMORY.match(setting.strip().lower()):
+            raise InvalidInputError(f"{MEMORY_SETTING}={setting!r} is not a JVM memory size such as 4g or 2048m")
+        return setting.strip().lower()
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return f"{min(4096, max(1024, physical // 8 // 2**20))}m"
+
+
+def cli_shard_size(*, keys: int, cores: int) -> int:
+    """Keys one Python call releases in ``count --engine spark``: ``PURE_DP_MF_SPARK_KEYS_PER_SHARD``,
+    else ``batch_shard_size``. A worker holds one shard's counters and rows at a time, about
+    (24 KiB + 50 bytes × steps) a key, so this bounds each Python worker's memory."""
+    setting = os.environ.get(SHARD_SETTING)
+    if setting is None:
+        return batch_shard_size(keys=keys, cores=cores)
+    if not setting.strip().isascii() or not setting.strip().isdigit() or int(setting) < 1:
+        raise InvalidInputError(f"{SHARD_SETTING}={setting!r} is not a positive whole number")
+    return int(setting)
+
+
 def local_session(app_name: str = "pure-dp-mf"):
     """A SparkSession on ``PURE_DP_MF_SPARK_MASTER`` (default local[2]) whose Python workers run
     this interpreter: ``PYSPARK_PYTHON`` (and ``PYSPARK_DRIVER_PYTHON``) set to ``sys.executable``
-    when unset, so that the workers import this package. A missing PySpark, a missing Java and a
-    JVM that fails to start are each one ``InvalidInputError`` line."""
-    import os
+    when unset, so that the workers import this package; the driver's heap from
+    ``session_memory``; no web UI, no progress bars, and Spark's own log at
+    ``PURE_DP_MF_SPARK_LOG_LEVEL`` (default OFF: a failure is one ``error:`` line, ``spark_error``).
+    A missing PySpark, a missing Java and a JVM that fails to start are each one
+    ``InvalidInputError`` line."""
     import sys
 
     try:
@@ -672,9 +809,18 @@ def local_session(app_name: str = "pure-dp-mf"):
     if not os.environ.get("PYSPARK_PYTHON"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]")).appName(app_name)
+    level = os.environ.get(LOG_SETTING, "OFF").upper()
+    if level not in ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN"):
+        raise InvalidInputError(f"{LOG_SETTING}={level!r} is not a log level (OFF, ERROR, WARN, INFO, …)")
+    builder = (
+        SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]"))
+        .appName(app_name)
+        .config("spark.driver.memory", session_memory())
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     try:
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
     except PySparkRuntimeError as error:  # JAVA_GATEWAY_EXITED: the JVM did not start
         if not str(error.getCondition() or "").startswith("JAVA_GATEWAY"):
             raise
@@ -682,12 +828,58 @@ def local_session(app_name: str = "pure-dp-mf"):
             f"Spark needs Java 17: the JVM did not start ({_one_line(error)}); check that java -version says 17 or later, "
             f"or {JAVA_INSTALL}"
         ) from None
+    session.sparkContext.setLogLevel(level)
+    return session
 
 
 def _one_line(error: BaseException) -> str:
     """An exception's message on one line, at most 200 characters."""
     text = " ".join(str(error).split())
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+class SparkJobError(PureDPMFError):
+    """A Spark job that failed for want of resources or in Spark itself (not bad input): exit 1."""
+
+    exit_code = 1
+
+
+def spark_error(error: BaseException, *, keys_per_shard: int | None = None) -> PureDPMFError:
+    """A failed Spark job as one line that names the setting to change. The message names the
+    failure's kind only (a Java error class, Spark's error condition), never the text Spark
+    attached to it, which can quote the data (a value that did not cast)."""
+    text = str(error)
+    shard = f" (now {keys_per_shard})" if keys_per_shard is not None else ""
+    if "OutOfMemoryError" in text or "GC overhead limit exceeded" in text:
+        kind = "GC overhead limit exceeded" if "GC overhead" in text else "java.lang.OutOfMemoryError"
+        return SparkJobError(
+            f"Spark ran out of Java heap ({kind}): raise {MEMORY_SETTING} (the driver's heap, which holds the executors "
+            f"in local mode; now {session_memory()}; on a cluster, spark.executor.memory) or lower {SHARD_SETTING}{shard}"
+        )
+    invalid = re.search(r"InvalidInputError: ([^\n]*)", text)
+    if invalid:  # our own refusal, raised on an executor
+        return InvalidInputError(invalid.group(1).strip())
+    if re.search(r"\bMemoryError\b|Python worker exited unexpectedly|worker.*(crashed|killed)", text):
+        return SparkJobError(
+            f"a Spark Python worker ran out of memory or was killed: lower {SHARD_SETTING}{shard}, the keys one worker "
+            "releases at once, or give the workers more memory"
+        )
+    if type(error).__name__ in ("Py4JNetworkError", "ConnectionRefusedError", "ConnectionResetError", "EOFError"):
+        return SparkJobError(
+            f"the Spark JVM stopped during the job (most often out of memory): raise {MEMORY_SETTING} (now {session_memory()})"
+        )
+    condition = getattr(error, "getCondition", lambda: None)() if hasattr(error, "getCondition") else None
+    java = re.search(r"\b((?:java|org\.apache\.spark|scala)\.[\w.$]*(?:Exception|Error))\b", text)
+    kind = condition or (java.group(1) if java else type(error).__name__)
+    return SparkJobError(f"the Spark job failed ({kind}); {LOG_SETTING}=WARN shows Spark's own log")
+
+
+def _spark_failures() -> tuple[type[BaseException], ...]:
+    """The exception types a Spark job raises on the driver (the JVM's, the gateway's, PySpark's)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (Py4JError, PySparkException, ConnectionError, EOFError)
 
 
 def count_file_on_spark(
@@ -701,50 +893,195 @@ def count_file_on_spark(
     output_format: str,
     beta: float,
     through: int,
+    invalid: str = "refuse",
 ) -> None:
-    """``count --engine spark``: the releases of ``private_running_counts`` for a CSV file,
-    written in step order, keys in list order, as the local engine writes them (csv: the column
-    names first, the metadata in ``OUT.meta.json``; jsonl: a header record first)."""
-    import sys
+    """``count --engine spark``: the releases of a CSV file's events, written by the executors
+    and never held by the driver. Each executor's Python worker releases a shard of keys and
+    writes the shard's rows itself (``_write_shard``) into a folder beside ``--output``; then
 
-    from pure_dp_mf.engines.io import write_sidecar
-    from pure_dp_mf.engines.keyed_io import COLUMNS, csv_field
+    * csv and jsonl: the driver streams the shards' files into ``--output`` (or standard
+      output) step by step, in step order, keys in list order, as the local engine writes them
+      (csv: the column names first, the metadata in ``OUT.meta.json``; jsonl: a header record
+      first), reading one shard's block of one step at a time (``_merge_shards``);
+    * parquet: ``--output`` is a folder of one Parquet file per shard (``part-SSSSSS.parquet``,
+      rows in step order, then key order; the metadata in each file's schema), renamed into place
+      once every shard is written.
+
+    An existing non-empty ``--output`` is refused before Spark starts (as the local engine
+    refuses it); nothing is created at ``--output`` unless the job succeeds. A Spark failure is
+    one ``error:`` line naming the setting to change (``spark_error``)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
 
     if input_file is None:
         raise InvalidInputError("--engine spark reads the events from a file: give the input file")
-    session = local_session("pure-dp-mf count")
+    if output_format not in ("csv", "jsonl", "parquet"):
+        raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
+    output = None if output is None else Path(output)
+    _check_output(output, output_format)
     generator = rng if rng is not None else NoiseGenerator.secure()
-    frame = session.read.csv(str(input_file), header=True)
-    released = private_running_counts(
-        frame, keys=keys, generator=generator, beta=beta, through=through, **columns, **options
-    ).toPandas()
-    order = {key: i for i, key in enumerate(keys)}
-    released = released.assign(order=released["key"].map(order)).sort_values(["step", "order"])
-    mechanism = {name: value for name, value in options.items()}
     template = KeyedCounters(
-        keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **mechanism
+        keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
     )
-    summary = {
-        **template.summary(),
-        "keys": len(keys),
-        "beta": beta,
-        "through": through,
-        "engine": "spark",
-        "seeded": generator.seeded,
-    }
-    sink = open(output, "w", encoding="utf-8") if output is not None else sys.stdout
+    summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark", "invalid": invalid}
+    summary["seeded"] = generator.seeded
+    session = local_session("pure-dp-mf count")
+    keys_per_shard = cli_shard_size(keys=len(keys), cores=int(session.sparkContext.defaultParallelism))
+    parts = Path(tempfile.mkdtemp(prefix=".pure-dp-mf-spark-", dir=None if output is None else output.parent))
     try:
-        if output_format == "csv":
-            if output is not None:
-                write_sidecar(output, summary)
-            sink.write(",".join(COLUMNS) + "\n")
-            for row in released.itertuples(index=False):
-                sink.write(f"{csv_field(row.key)},{row.step},{row.count},{row.std:.6g},{row.lower},{row.upper}\n")
-        else:
-            sink.write(json.dumps({"header": summary}, ensure_ascii=False, sort_keys=True) + "\n")
-            for row in released.itertuples(index=False):
-                record = {"key": row.key, "step": int(row.step), "count": int(row.count), "std": float(f"{row.std:.6g}")}
-                sink.write(json.dumps({**record, "lower": int(row.lower), "upper": int(row.upper)}) + "\n")
+        try:
+            frame = session.read.csv(str(input_file), header=True)
+            grouped, settings, through = _shard_groups(
+                frame,
+                keys=keys,
+                generator=generator,
+                beta=beta,
+                through=through,
+                keys_per_shard=keys_per_shard,
+                invalid=invalid,
+                **columns,
+                **options,
+            )
+            folder = str(parts)
+            written = grouped.applyInPandas(
+                lambda group: _write_shard(
+                    group, through=through, settings=settings, folder=folder, output_format=output_format, summary=summary
+                ),
+                "shard long, rows long",
+            )
+            shards = written.count()
+        except _spark_failures() as error:
+            raise spark_error(error, keys_per_shard=keys_per_shard) from None
+        expected = -(-len(keys) // keys_per_shard)
+        if shards != expected:
+            raise SparkJobError(f"the Spark job wrote {shards} of {expected} shards")
+        if output_format == "parquet":
+            assert output is not None
+            for leftover in parts.glob(".*.tmp"):
+                leftover.unlink()
+            if output.is_dir():
+                output.rmdir()  # checked empty above
+            os.replace(parts, output)
+            return
+        _merge_shards(parts, shards=shards, steps=through, output=output, output_format=output_format, summary=summary)
     finally:
-        if output is not None:
-            sink.close()
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+def _check_output(output, output_format: str) -> None:
+    """``--output`` as the local engine checks it, before Spark starts: not an existing non-empty
+    file or folder (a rerun never overwrites), in a folder that exists; parquet needs one."""
+    if output is None:
+        if output_format == "parquet":
+            raise InvalidInputError("--format parquet needs --output (with --engine spark, a folder of one file per shard)")
+        return
+    if output.is_dir() and output_format != "parquet":
+        raise InvalidInputError(f"--output {output} is a folder, not a file")
+    if output.exists() and output_format == "parquet" and not output.is_dir():
+        raise InvalidInputError(f"--output {output}: with --engine spark and --format parquet the output is a folder")
+    if (output.is_dir() and any(output.iterdir())) or (output.is_file() and output.stat().st_size > 0):
+        raise InvalidInputError(f"--output {output} already exists and is not empty")
+    if not output.parent.is_dir():
+        raise InvalidInputError(f"--output {output}: folder {output.parent} does not exist")
+
+
+SHARD_FILE = "shard-{:06d}.{}"
+
+
+def _write_shard(frame, *, through: int, settings: dict, folder: str, output_format: str, summary: dict):
+    """On an executor: release one shard (``_shard_release``) and write its rows into ``folder``,
+    each file written under a temporary name and renamed. csv/jsonl: ``shard-SSSSSS.csv`` (or
+    .jsonl) holds the shard's rows step after step, each step's keys in list order, in the local
+    engine's text (``keyed_io.Layout.text``), and ``shard-SSSSSS.index.npy`` the byte offset of
+    every step's block; parquet: ``part-SSSSSS.parquet``, the same rows with the local engine's
+    schema and metadata. Returns one row (shard, rows)."""
+    import pandas as pd
+
+    from pure_dp_mf.engines.keyed_io import Layout
+
+    counters, counts, std, lower, upper = _shard_release(frame, through=through, settings=settings)
+    shard = int(frame["shard"].iloc[0])
+    layout = Layout(keys=counters.keys)
+    base = os.path.join(folder, SHARD_FILE.format(shard, output_format))
+    if output_format == "parquet":
+        import pyarrow
+        import pyarrow.parquet
+
+        keys, steps = counts.shape
+        arrays = {
+            "key": pyarrow.array(np.tile(np.asarray(counters.keys, dtype=object), steps), type=pyarrow.string()),
+            "step": pyarrow.array(np.repeat(np.arange(1, steps + 1, dtype=np.int64), keys)),
+            "count": pyarrow.array(counts.T.ravel()),
+            "std": pyarrow.array(np.repeat(np.asarray(std, dtype=np.float64), keys)),
+            "lower": pyarrow.array(lower.T.ravel()),
+            "upper": pyarrow.array(upper.T.ravel()),
+        }
+        schema = layout.schema(summary)
+        table = pyarrow.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
+        final = os.path.join(folder, f"part-{shard:06d}.parquet")
+        pyarrow.parquet.write_table(table, final + ".tmp")
+        os.replace(final + ".tmp", final)
+    else:
+        offsets = np.zeros(through + 1, dtype=np.int64)
+        with open(base + ".tmp", "wb") as sink:
+            for step in range(through):
+                text = layout.text(output_format, step + 1, counts[:, step], float(std[step]), lower[:, step], upper[:, step])
+                data = text.encode("utf-8")
+                sink.write(data)
+                offsets[step + 1] = offsets[step] + len(data)
+        index = os.path.join(folder, SHARD_FILE.format(shard, "index.npy"))
+        with open(index + ".tmp", "wb") as handle:
+            np.save(handle, offsets)
+        os.replace(index + ".tmp", index)
+        os.replace(base + ".tmp", base)
+    return pd.DataFrame({"shard": [shard], "rows": [counts.size]})
+
+
+def _merge_shards(folder, *, shards: int, steps: int, output, output_format: str, summary: dict) -> None:
+    """The shards' files streamed into ``output`` (standard output when None): the header, then
+    for each step every shard's block of that step in shard order (the keys' list order). One
+    block (a shard's keys at one step) is in memory at a time; each shard's file is read front
+    to back once."""
+    import resource
+    import sys
+
+    from pure_dp_mf.engines.io import write_sidecar
+    from pure_dp_mf.engines.journal import storage_error
+    from pure_dp_mf.engines.keyed_io import COLUMNS
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < shards + 64:  # every shard's file open at once
+        wanted = shards + 64 if hard == resource.RLIM_INFINITY else min(hard, shards + 64)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    lengths = np.stack([np.diff(np.load(folder / SHARD_FILE.format(shard, "index.npy"))) for shard in range(shards)])
+    if lengths.shape != (shards, steps):
+        raise SparkJobError(f"the shards' files do not hold {steps} steps each")
+    header = (
+        ",".join(COLUMNS) + "\n"
+        if output_format == "csv"
+        else json.dumps({"header": summary}, ensure_ascii=False, sort_keys=True) + "\n"
+    )
+    handles = [open(folder / SHARD_FILE.format(shard, output_format), "rb") for shard in range(shards)]
+    try:
+        if output is None:
+            sys.stdout.flush()
+            sink = sys.stdout.buffer
+        else:
+            if output_format == "csv":
+                write_sidecar(output, summary)
+            sink = open(output, "wb")
+        try:
+            sink.write(header.encode("utf-8"))
+            for step in range(steps):
+                for handle, length in zip(handles, lengths[:, step].tolist(), strict=True):
+                    sink.write(handle.read(length))
+            sink.flush()
+        finally:
+            if output is not None:
+                sink.close()
+    except OSError as error:
+        raise storage_error(output or "standard output", error) from None
+    finally:
+        for handle in handles:
+            handle.close()
