@@ -399,3 +399,18 @@ def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledg
     assert other.returncode != 0 and other.stdout == "" and "step 1 of the publication" in other.stderr
     assert "was released before its key left the process" in other.stderr
     assert counter.counts([1]).shape == (1,)  # the counter itself goes on, guarded from step 4
+
+
+def test_a_counter_extended_past_its_horizon_and_resumed_stays_one_publication(ledger_url, tmp_path):
+    """--extend continues the publication (the same key, nothing redrawn): the ledger takes the new
+    schedule once, from the counter that extends, and every later resume of the state matches it;
+    a fresh counter with another horizon on the same key would still be refused."""
+    state = tmp_path / "yearly.db"
+    first = cli("count", "--epsilon", "1", "--horizon", "6", "--state", str(state), stdin="1\n0\n1\n1\n0\n1\n")
+    assert first.returncode == 0, first.stderr
+    extended = cli("count", "--epsilon", "1", "--horizon", "6", "--state", str(state), "--extend", stdin="1\n")
+    assert extended.returncode == 0 and len(extended.stdout.splitlines()) == 1, extended.stderr
+    resumed = cli("count", "--epsilon", "1", "--state", str(state), stdin="0\n1\n")
+    assert resumed.returncode == 0 and len(resumed.stdout.splitlines()) == 2, resumed.stderr
+    again = cli("count", "--epsilon", "1", "--state", str(state), "--first-step", "9", stdin="1\n")
+    assert again.returncode == 0 and again.stdout == resumed.stdout.splitlines(keepends=True)[-1], again.stderr

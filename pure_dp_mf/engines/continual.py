@@ -224,13 +224,15 @@ class ContinualCounter(_CounterState):
         if self.horizon is None:
             raise InvalidInputError("the counter has no horizon: it already goes on without one")
         metric = metric or self.mechanism_metric or self.mechanism.record.get("metric") or "maxse"
+        guard = ledger.guard_for(self, self.publication_spec)  # the publication as it was, claimed before it changes
         schedule = extended_schedule(prefix=self.mechanism.record, horizon=self.horizon, metric=metric)
         mechanism = AnytimeMechanism(schedule=schedule, name=f"{self.mechanism.name} to step {self.horizon}, then anytime")
         release = mechanism.release(generators=self._generators(), epsilon=self.epsilon, step_sensitivity=self.step_sensitivity)
         self.mechanism, self.horizon, self._release, self.mechanism_metric = mechanism, None, release, metric
+        self.sensitivity = mechanism.sensitivity  # None: one per segment, as for a counter resumed from this state
         self._ahead = _Ahead(release, horizon=None, dimension=self.dimension)
-        if self._guard is not None:
-            self._guard.extend(_publication_spec(self))
+        if guard is not None:
+            guard.extend(_publication_spec(self))
         if self.journal is not None:
             changed = ("what", "mechanism", "horizon", "sensitivity", "planned_for", "summary")
             self.journal.update_header({name: value for name, value in _header(self).items() if name in changed})
