@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+from conftest import SAFETY_LIMIT
 
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.release.audit import (
@@ -351,7 +352,7 @@ def test_cli_exit_code_through_the_script():
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
     )
     assert result.returncode == 2 and result.stderr.startswith("error: ") and result.stdout == ""
 

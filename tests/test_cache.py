@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+from conftest import SAFETY_LIMIT
+
 from pure_dp_mf import cache
 
 PROBE = """
@@ -25,7 +27,9 @@ print(json.dumps(rows))
 
 def _probe(n: int, folder) -> dict:
     environment = {"PURE_DP_MF_CACHE": str(folder), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(n)], capture_output=True, text=True, env=environment, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(n)], capture_output=True, text=True, env=environment, timeout=SAFETY_LIMIT
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import ROOT, dyadic_binary_tree, run_cli
+from conftest import ROOT, SAFETY_LIMIT, dyadic_binary_tree, run_cli
 
 from pure_dp_mf.engines.continual import ContinualCounter, float_upper
 from pure_dp_mf.engines.counter import Counter
@@ -358,7 +358,7 @@ def test_kill_9_and_restart_loses_and_repeats_nothing(base_file, tmp_path):
         assert process.poll() is None, "the counter finished before it could be killed"
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 0, finished.stderr
     expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, rng=_seeded(12)).counts(values)
     assert [int(line) for line in output.read_text().splitlines()] == expected.tolist()

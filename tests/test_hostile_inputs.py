@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import SAFETY_LIMIT, run_cli
 
 from pure_dp_mf.certificates import exact
 from pure_dp_mf.certificates.certify import Certificate
@@ -138,14 +138,16 @@ def test_hostile_input_ends_in_one_error_line(hostile, tmp_path, arguments, need
             argument = argument.replace("{" + name + "}", str(path))
         filled.append(argument)
     start = time.perf_counter()
-    result = run_cli(*filled, timeout=60)
+    result = run_cli(*filled, timeout=SAFETY_LIMIT)
     assert_one_error_line(result, *needles)
     assert time.perf_counter() - start < 30
 
 
 def test_train_keeps_k_4096_and_states_its_limit(tmp_path):
     # the size check comes first: k = 4096 passes it and the next check (the metric) answers
-    result = run_cli("train", "--base-size", "4096", "--metric", "nonsense", "--out", str(tmp_path / "t.npz"), timeout=60)
+    result = run_cli(
+        "train", "--base-size", "4096", "--metric", "nonsense", "--out", str(tmp_path / "t.npz"), timeout=SAFETY_LIMIT
+    )
     assert_one_error_line(result, "metric")
     assert "base-size" not in result.stderr
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_main  # noqa: E402
+from conftest import SAFETY_LIMIT, run_main  # noqa: E402
 
 from pure_dp_mf.engines.budget import Budget, BudgetError
 from pure_dp_mf.engines.counter import Counter, Release
@@ -40,7 +40,7 @@ def cli_process(*arguments: str, stdin: str = "") -> tuple[int, str, str]:
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
         cwd=ROOT,
     )
     return done.returncode, done.stdout, done.stderr
@@ -213,7 +213,7 @@ def crash(state: Path, values: list[int], how: str) -> None:
         [sys.executable, "-c", CRASH, str(state), how, ",".join(map(str, values))],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
         cwd=ROOT,
     )
     assert done.stdout == "", done.stdout  # nothing was printed

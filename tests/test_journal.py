@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAFETY_LIMIT
 
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.journal import Journal, StateFileError, decode_rows, encode_rows
@@ -35,7 +35,9 @@ def _counter(rng: NoiseGenerator | None = None, horizon: int = 40) -> ContinualC
 
 def _run(code: str) -> subprocess.CompletedProcess:
     """Python code in another process (the same registry: the environment is inherited)."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=ROOT, timeout=SAFETY_LIMIT
+    )
 
 
 def test_the_state_itself_is_locked_no_lock_file_to_delete(tmp_path):

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import SAFETY_LIMIT
 
 from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.ledger import Ledger, LedgerError, Publication, step_digest
@@ -103,9 +104,9 @@ def test_two_processes_recording_different_inputs_for_one_step_one_wins(ledger_u
         workers = [context.Process(target=_race, args=(ledger_url, d, barrier, results)) for d in ("a" * 64, "b" * 64)]
         for worker in workers:
             worker.start()
-        answers = sorted(results.get(timeout=60) for _ in workers)
+        answers = sorted(results.get(timeout=SAFETY_LIMIT) for _ in workers)
         for worker in workers:
-            worker.join(timeout=60)
+            worker.join(timeout=SAFETY_LIMIT)
         assert answers == ["refused", "won"]
 
 
@@ -126,7 +127,7 @@ def key_file_run(key: Path, query: str, data: str, **env) -> subprocess.Complete
         [sys.executable, "-c", _KEY_FILE_RUN, str(key), query, data],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
         cwd=ROOT,
         env={**os.environ, **env},
     )
@@ -264,7 +265,7 @@ def cli(*arguments: str, stdin: str = "", env: dict | None = None) -> subprocess
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
         cwd=ROOT,
         env={**os.environ, **(env or {})},
     )
@@ -361,7 +362,7 @@ def test_a_budget_is_charged_only_with_a_release(ledger_url, tmp_path):
 def test_an_input_is_read_once(ledger_url, tmp_path):
     command = "from pure_dp_mf.cli import main; main()"
     script = f"{sys.executable!s} -c '{command}' count --epsilon 1 --horizon 4 --seed 1 <(printf '1\\n0\\n1\\n')"
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=SAFETY_LIMIT)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, (done.stdout, done.stderr)
 
 

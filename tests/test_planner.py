@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, SAFETY_LIMIT
 
 from pure_dp_mf.certificates.profiles import write_profiles
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -82,5 +82,5 @@ def test_counting_one_step_loads_only_what_it_needs():
         "heavy = [m for m in sys.modules if m.startswith(('torch', 'scipy.signal', 'pure_dp_mf.gaussian', 'matplotlib', 'pyspark'))]\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=SAFETY_LIMIT)
     assert "HEAVY []" in done.stderr, done.stderr[-2000:]

@@ -8,6 +8,8 @@ import pty
 import subprocess
 import sys
 
+from conftest import SAFETY_LIMIT
+
 COMMAND = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count"]
 
 
@@ -15,7 +17,7 @@ def _on_a_terminal(arguments: list[str]) -> tuple[int, bytes]:
     """(exit status, what standard error showed) of the command with standard error on a pseudo-terminal."""
     leader, follower = pty.openpty()
     try:
-        finished = subprocess.run(arguments, stdout=subprocess.DEVNULL, stderr=follower, timeout=120)
+        finished = subprocess.run(arguments, stdout=subprocess.DEVNULL, stderr=follower, timeout=SAFETY_LIMIT)
         os.close(follower)
         shown = b""
         while True:
@@ -32,7 +34,7 @@ def _on_a_terminal(arguments: list[str]) -> tuple[int, bytes]:
 
 
 def _check(arguments: list[str], output) -> None:
-    piped = subprocess.run(arguments, capture_output=True, text=True, timeout=120)
+    piped = subprocess.run(arguments, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert piped.returncode == 0, piped.stderr
     assert "steps released" not in piped.stderr and "\r" not in piped.stderr and "\x1b[" not in piped.stderr
     output.unlink()

@@ -12,6 +12,8 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pd = pytest.importorskip("pandas")
 
+from conftest import SAFETY_LIMIT  # noqa: E402
+
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed  # noqa: E402
 from pure_dp_mf.engines.spark import private_running_counts  # noqa: E402
 from pure_dp_mf.errors import InvalidInputError  # noqa: E402
@@ -134,6 +136,7 @@ def test_one_more_event_never_changes_the_rows_spark_releases(spark, unit):
     assert len(rows) == 1 and len(next(iter(rows))) == 2 * 12
 
 
+@pytest.mark.slow
 def test_count_engine_spark_writes_what_local_writes(tmp_path):
     from conftest import run_cli
 
@@ -181,6 +184,7 @@ query.awaitTermination()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("unit", "horizon"), [("event", 40), ("user", None)])
 def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, unit, horizon):
     """A streaming query killed mid-run and restarted releases every step once, the local
@@ -248,6 +252,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     assert unit == "event" or local.dropped["over_bounds"] > 0  # at user level the bounds bite
 
 
+@pytest.mark.slow
 def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
     from pure_dp_mf.engines.spark import file_clock, private_running_counts_stream
 
@@ -388,7 +393,7 @@ def test_count_on_spark_without_java_is_one_error_line(tmp_path):
     import subprocess
 
     environment = _spark_environment(PATH=os.path.dirname(sys.executable), JAVA_HOME=None)
-    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=120)
+    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 2 and finished.stdout == ""
     assert len(_error_lines(finished)) == 1 and "Java 17" in _error_lines(finished)[0], finished.stderr
     assert "java not found on PATH and JAVA_HOME unset" in finished.stderr
@@ -397,7 +402,7 @@ def test_count_on_spark_without_java_is_one_error_line(tmp_path):
     (fake / "java").write_text("#!/bin/sh\necho 'UnsupportedClassVersionError' >&2\nexit 1\n")
     (fake / "java").chmod(0o755)
     environment = _spark_environment(PATH=os.pathsep.join([str(fake), "/usr/bin", "/bin"]), JAVA_HOME=None)
-    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=120)
+    finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "the JVM did not start" in _error_lines(finished)[0]
 
@@ -407,12 +412,13 @@ def test_count_on_spark_without_pyspark_names_the_install_line(tmp_path):
 
     script = "import sys; sys.modules['pyspark'] = None; from pure_dp_mf.cli import main; main()"
     finished = subprocess.run(
-        [sys.executable, "-c", script, *_tiny_count(tmp_path)[1:]], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script, *_tiny_count(tmp_path)[1:]], capture_output=True, text=True, timeout=SAFETY_LIMIT
     )
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "pip install -e '.[spark]'" in _error_lines(finished)[0]
 
 
+@pytest.mark.slow
 def test_count_on_spark_at_a_thousand_keys_streams_the_local_bytes_and_never_overwrites(tmp_path):
     """10³ keys in 4 shards (local[2]): the CSV the executors write and the driver streams
     together is byte for byte the local engine's; a rerun onto the same --output is refused

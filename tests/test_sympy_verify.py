@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sympy
-from conftest import run_cli
+from conftest import SAFETY_LIMIT, run_cli
 
 from pure_dp_mf.certificates import sympy_verify
 from pure_dp_mf.certificates.certify import ClaimFailedError, certify_factorization, verify_certificate
@@ -46,14 +46,14 @@ def test_both_engines_accept_the_shipped_certificates_and_agree_claim_by_claim(n
 
 def test_cli_engine_sympy_prints_the_same_report():
     path = str(CERTIFICATE_FOLDER / "k008_maxse.json")
-    ours = run_cli("verify", path, "--engine", "sympy", "--json", timeout=60)
+    ours = run_cli("verify", path, "--engine", "sympy", "--json", timeout=SAFETY_LIMIT)
     assert ours.returncode == 0, ours.stderr
     a, b = json.loads(json.dumps(verify_certificate(path=path).as_dict())), json.loads(ours.stdout)
     assert [c["claim"] for c in a["checks"]] == [c["claim"] for c in b["checks"]]
     assert {key: value for key, value in a.items() if key not in ("checks", "seconds")} == {
         key: value for key, value in b.items() if key not in ("checks", "seconds")
     }
-    table = run_cli("verify", path, "--engine", "sympy", timeout=60)
+    table = run_cli("verify", path, "--engine", "sympy", timeout=SAFETY_LIMIT)
     assert table.returncode == 0 and "OK: every claim" in table.stdout and "verifier's bound" in table.stdout
 
 
@@ -109,7 +109,7 @@ def test_a_claim_lowered_by_one_unit_is_rejected_naming_it(tmp_path, name, claim
         verify_certificate(path=path)
     assert theirs.value.claim == claim  # the engines agree on the verdict and on the claim
     if claim == "c2":
-        result = run_cli("verify", str(path), "--engine", "sympy", timeout=60)
+        result = run_cli("verify", str(path), "--engine", "sympy", timeout=SAFETY_LIMIT)
         assert result.returncode == 1 and result.stderr.startswith("error: claim 'c2' fails"), result.stderr
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import SAFETY_LIMIT
 
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -304,7 +305,7 @@ def test_cli_error_exit_code(tmp_path):
         [str(executable), "train", "--base-size", "8", "--metric", "maxse", "--out", str(tmp_path / "no" / "x.npz")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=SAFETY_LIMIT,
     )
     assert failed.returncode == 2 and failed.stderr.startswith("error: cannot write output"), failed.stderr
     assert "Traceback" not in failed.stderr
@@ -508,6 +509,6 @@ def test_training_without_torch_is_one_error_line(tmp_path):
         f"sys.argv = ['pure-dp-mf', 'train', '--base-size', '8', '--metric', 'maxse', '--out', {str(tmp_path / 'x.npz')!r}]\n"
         "from pure_dp_mf.cli import main\nmain()\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert result.returncode == 2 and result.stderr.startswith("error: training needs torch"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.npz").exists()
