@@ -62,7 +62,7 @@ from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
-from pure_dp_mf.release.error_bars import ErrorBars
+from pure_dp_mf.release.error_bars import ErrorBars, floor_half_widths
 from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process
 from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
@@ -470,7 +470,10 @@ class KeyedCounters(_KeyedState):
         interval always holds its count (a count below 0 is its own lower end)."""
         counts = np.asarray(counts)
         bars = self.bars(start, start + (counts.shape[-1] if counts.ndim > 1 else 1), beta=beta)
-        half = np.floor(bars.half_width if counts.ndim > 1 else bars.half_width[0]).astype(np.int64)
+        half = floor_half_widths(bars.half_width if counts.ndim > 1 else bars.half_width[:1])
+        half = half if counts.ndim > 1 else half[:1].reshape(())
+        if counts.dtype == object or half.dtype == object or np.abs(counts).max(initial=0) >= 2**61:
+            counts, half = counts.astype(object), np.asarray(half).astype(object)  # exact at any size
         lower = np.minimum(np.maximum(counts - half, 0), counts)
         upper = counts + half
         return bars.std, lower, upper

@@ -54,7 +54,7 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.release.error_bars import ErrorBars, NoiseMoments
 from pure_dp_mf.release.generator import NoiseGenerator
-from pure_dp_mf.validation import check_size, parse_json
+from pure_dp_mf.validation import check_size, exact_integers, parse_json
 
 SCHEMES_FILE = "anytime.json"
 FORMAT = "pure_dp_mf.anytime_schemes/1"
@@ -319,9 +319,10 @@ class SegmentedRelease:
             done = len(self._carried) - 1
             length = self.schedule.segment(done).length
             release = self._segment(done)
-            final = np.asarray(release.noise(length - 1, length), dtype=np.int64).reshape(-1)
+            final = exact_integers(np.asarray(release.noise(length - 1, length)).reshape(-1))
             noise, moments = self._carried[-1]
-            self._carried.append((noise + final, moments.plus(release.moments(length - 1, length).at(0))))
+            total = exact_integers(noise.astype(object) + final.astype(object))  # int64 only when it provably fits
+            self._carried.append((total, moments.plus(release.moments(length - 1, length).at(0))))
         return self._carried[index]
 
     def noise(self, start: int, stop: int) -> np.ndarray:
@@ -333,8 +334,12 @@ class SegmentedRelease:
             end = min(stop, first + self.schedule.segment(index).length)
             carried, _ = self.carried(index)
             own = np.asarray(self._segment(index).noise(t - first, end - first)).reshape(end - t, -1)
+            if own.dtype == object or carried.dtype == object or np.abs(own).max(initial=0) >= 2**62:
+                own, carried = own.astype(object), carried.astype(object)  # exact: int64 sums could wrap
             parts.append(own + carried[None, :])
             t = end
+        if any(part.dtype == object for part in parts):
+            parts = [part.astype(object) for part in parts]
         return np.concatenate(parts) if parts else np.zeros((0, len(self.generators)), dtype=np.int64)
 
     @property
