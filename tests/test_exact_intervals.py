@@ -96,3 +96,58 @@ def test_the_cli_interval_is_not_collapsed_at_m_10_18(output_format):
         for row in rows
     ]
     assert values and all(lower <= 1 <= upper and lower < upper for lower, upper in values)
+
+
+# ---------------------------------------------------------------- one key normalisation
+
+
+def test_a_key_string_is_refused_not_split_into_characters():
+    pd = pytest.importorskip("pandas")
+    from pure_dp_mf.engines.dataframe import private_running_counts
+
+    frame = pd.DataFrame({"key": ["FR"], "step": [1]})
+    with pytest.raises(InvalidInputError, match="not the string 'FR'"):
+        private_running_counts(frame, keys="FR", epsilon=1.0, horizon=4, key_column="key", step_column="step")
+
+
+def test_a_key_with_spaces_is_one_key_for_the_cli_and_the_dataframe(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from pure_dp_mf.engines.dataframe import private_running_counts
+
+    events = tmp_path / "events.csv"
+    events.write_text("step,key\n1,FR\n2, FR\n2,DE \n")
+    keys = tmp_path / "keys.txt"
+    keys.write_text("FR\nDE\n")
+    code, out, err = run_main(
+        "count",
+        str(events),
+        "--key-column",
+        "key",
+        "--keys",
+        str(keys),
+        "--step-column",
+        "step",
+        "--horizon",
+        "4",
+        "--epsilon",
+        "1",
+        "--seed",
+        "5",
+        "--format",
+        "csv",
+    )
+    assert code == 0, err
+    cli = {(row.split(",")[0], int(row.split(",")[1])): int(row.split(",")[2]) for row in out.strip().splitlines()[1:]}
+    frame = pd.read_csv(events, dtype=str)
+    with pytest.warns(UserWarning, match="seeded"):
+        released = private_running_counts(
+            frame,
+            keys=["FR", "DE"],
+            epsilon=1.0,
+            horizon=4,
+            key_column="key",
+            step_column="step",
+            generator=NoiseGenerator.from_seed(5),
+        )
+    for row in released.itertuples():
+        assert cli[(row.key, int(row.step))] == int(row.count)  # the same events counted: the same releases

@@ -5,6 +5,7 @@ Thin: parses, builds the counter from the library, runs it into the output, prin
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,16 @@ def count(
     rows = key_column is not None or step_column is not None  # event rows: csv by default
     if plot is not None and (output is None or output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1):
         raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
+    if plot is not None:
+        _check_plot_path(plot)
+    if not rows and band == "simultaneous" and output_format == "plain":
+        raise InvalidInputError(
+            "--band simultaneous sets the intervals, and --format plain shows none: use --format csv or jsonl"
+        )
+    if not rows and dimension > MAX_DIMENSION:
+        raise InvalidInputError(
+            f"--dimension {dimension} is more than {MAX_DIMENSION:,} counters, the most one run keeps in bounded memory"
+        )
     if rows:
         _count_keyed(**params)
     else:
@@ -188,6 +199,23 @@ def count(
         label = f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'}"
         plot_output_file(source=output, image=plot, band_label=label)
         error_console.print(f"plot: {plot}", markup=False, highlight=False)
+
+
+MAX_DIMENSION = 1 << 20
+"""The most counters (--dimension) one run keeps: each holds its own noise pages and sums."""
+
+
+def _check_plot_path(plot: Path) -> None:
+    """Refuse, before anything is read or released, a --plot that is not a .png path or whose
+    folder cannot take a new file (tried with a temporary file there, removed at once)."""
+    if plot.suffix.lower() != ".png":
+        raise InvalidInputError(f"--plot {plot}: the plot is a PNG image; name it with .png")
+    folder = plot.parent if str(plot.parent) else Path(".")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{plot.name}.", suffix=".tmp"):
+            pass
+    except OSError as error:
+        raise InvalidInputError(f"--plot {plot}: cannot write there ({error.strerror or error})") from None
 
 
 def _count_keyed(
@@ -330,8 +358,8 @@ def _refuse_keyed_flags(
     operator_log: Path | None,
 ) -> None:
     """The flags of event rows, refused for one count per line (one error naming the flag).
-    ``key_column`` and ``step_column`` are None here; --through and --operator-log are not
-    refused: a line-per-step run does not read them."""
+    ``key_column`` and ``step_column`` are None here; --through is refused (every input line is
+    a step: it would be ignored); --operator-log is not."""
     if engine != "local":
         raise InvalidInputError("--engine is for keyed counts: give --key-column too")
     if privacy_unit not in (None, "step"):
@@ -346,6 +374,7 @@ def _refuse_keyed_flags(
         "--max-per-key": max_per_key,
         "--start": start,
         "--step-size": step_size,
+        "--through": through,
     }
     for flag, value in given.items():
         if value is not None:

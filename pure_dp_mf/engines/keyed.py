@@ -83,9 +83,19 @@ def check_privacy_unit(privacy_unit: str) -> str:
     return privacy_unit
 
 
+def normalise_key(value: object) -> str:
+    """The one spelling of a key, for every engine (the CLI's rows, the key list, the DataFrame
+    function, Spark): its text without the white space around it, so that " FR" and "FR" are one
+    key wherever they are read. A public function of the key alone (no data value decides it)."""
+    return str(value).strip()
+
+
 def check_keys(keys: Iterable[str]) -> list[str]:
-    """The public key list: non-empty, no duplicates, no empty key."""
-    keys = [str(key) for key in keys]
+    """The public key list, each key normalised (``normalise_key``): non-empty, no duplicates, no
+    empty key; a string is refused (it is one key, not a list of its characters)."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidInputError(f"keys must be a list of keys, not the string {keys!r} (write [{keys!r}] for one key)")
+    keys = [normalise_key(key) for key in keys]
     if not keys:
         raise InvalidInputError("the key list is empty")
     seen: set[str] = set()
@@ -481,6 +491,8 @@ class KeyedCounters(_KeyedState):
     def admit(self, *, key: str, step: int, value: int, user: str | None = None) -> tuple[int, int]:
         """(key index or −1, kept value) of one event, after the key check and the user's bounds."""
         index = self.index.get(key, -1)
+        if index < 0:
+            index = self.index.get(normalise_key(key), -1)
         if index < 0:
             self.dropped_unknown += 1
             return -1, 0

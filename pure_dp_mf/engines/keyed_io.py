@@ -37,7 +37,7 @@ import numpy as np
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, schedule_progress, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
+from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, normalise_key, run_keyed
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import parse_integer
 
@@ -145,7 +145,7 @@ class EventReader:
         """One row's event, None when dropped (unseen or by the policy)."""
         if len(row) != len(positions) and len(row) < max(positions.values()) + 1:
             return self._invalid(f"line {number}: {len(row)} field(s), fewer than the header's")
-        key = row[positions["--key-column"]].strip() if "--key-column" in positions else self.only_key
+        key = normalise_key(row[positions["--key-column"]]) if "--key-column" in positions else self.only_key
         if key not in self.keys:
             self.dropped += 1
             return None

@@ -1,0 +1,92 @@
+"""Options that do not apply are refused with the reason, up front; work that cannot finish in
+bounded memory is refused; Python API misuse is one clear error (never a traceback)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import one_error_line, run_main
+
+from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.release.generator import NoiseGenerator
+
+
+def test_through_on_a_plain_count_is_refused():
+    one_error_line(
+        *run_main("count", "--epsilon", "1", "--horizon", "4", "--seed", "1", "--through", "1", stdin="1\n0\n1\n"), "--through"
+    )
+
+
+def test_a_simultaneous_band_with_plain_output_is_refused():
+    one_error_line(
+        *run_main("count", "--epsilon", "1", "--horizon", "4", "--seed", "1", "--band", "simultaneous", stdin="1\n"),
+        "--band simultaneous",
+        "--format plain",
+    )
+
+
+def test_a_plot_not_named_png_is_refused_before_any_release(tmp_path):
+    out, image = tmp_path / "out.csv", tmp_path / "x.txt"
+    code, stdout, err = run_main(
+        "count",
+        "--epsilon",
+        "1",
+        "--horizon",
+        "4",
+        "--seed",
+        "1",
+        "--format",
+        "csv",
+        "--output",
+        str(out),
+        "--plot",
+        str(image),
+        stdin="1\n",
+    )
+    one_error_line(code, stdout, err, "--plot", ".png")
+    assert not out.exists() and not image.exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_plot_in_a_folder_that_takes_no_file_is_refused_before_any_release(tmp_path):
+    out = tmp_path / "out.csv"
+    code, stdout, err = run_main(
+        "count",
+        "--epsilon",
+        "1",
+        "--horizon",
+        "4",
+        "--seed",
+        "1",
+        "--format",
+        "csv",
+        "--output",
+        str(out),
+        "--plot",
+        "/proc/p.png",
+        stdin="1\n",
+    )
+    one_error_line(code, stdout, err, "--plot /proc/p.png")
+    assert not out.exists()
+
+
+def test_a_huge_dimension_is_refused_up_front():
+    one_error_line(*run_main("count", "--epsilon", "1", "--dimension", "100000000000", stdin="0\n"), "--dimension")
+
+
+def test_releases_with_first_after_last_is_refused(tmp_path):
+    state = tmp_path / "s.db"
+    code, _, err = run_main("count", "--epsilon", "1", "--horizon", "8", "--state", str(state), stdin="1\n0\n1\n")
+    assert code == 0, err
+    one_error_line(*run_main("releases", str(state), "--first-step", "3", "--last-step", "2"), "--first-step 3", "--last-step 2")
+
+
+@pytest.mark.parametrize("values", [None, 5, "101"])
+def test_extend_with_no_sequence_is_one_clear_error(values):
+    with pytest.warns(UserWarning, match="seeded"):
+        counter = Counter(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_seed(1))
+    with pytest.raises(InvalidInputError, match="sequence of steps' inputs"):
+        counter.extend(values)
+    assert counter.released == 0
