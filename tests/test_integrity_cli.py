@@ -90,3 +90,76 @@ def test_extend_with_no_sequence_is_one_clear_error(values):
     with pytest.raises(InvalidInputError, match="sequence of steps' inputs"):
         counter.extend(values)
     assert counter.released == 0
+
+
+def test_a_step_past_int64_is_one_error():
+    one_error_line(*run_main("plan", "--step", "1" * 30, "--epsilon", "1"), "--step")
+
+
+@pytest.mark.parametrize("command", [["compare"], ["lift", "base_factorizations/k004_maxse.npz"]])
+def test_an_n_past_float64_is_one_error(command):
+    one_error_line(*run_main(*command, "--n", "2" + "0" * 399), "--n")
+
+
+def test_reproduce_into_an_existing_file_is_one_error(tmp_path):
+    existing = tmp_path / "report.txt"
+    existing.write_text("kept\n")
+    one_error_line(*run_main("reproduce", "--out", str(existing)), "--out")
+    assert existing.read_text() == "kept\n"
+
+
+def test_budget_show_creates_no_registry_folder(tmp_path, monkeypatch):
+    registry = tmp_path / "missing" / "registry.sqlite3"
+    monkeypatch.setenv("PURE_DP_MF_REGISTRY", str(registry))
+    one_error_line(*run_main("budget", "show", "daily"), "daily")
+    assert not registry.parent.exists()
+
+
+def test_an_unterminated_csv_quote_is_refused_not_read_as_a_value(tmp_path):
+    stream = tmp_path / "stream.csv"
+    stream.write_text('a\n1\n"1\n0\n')
+    code, out, err = run_main("count", str(stream), "--header", "--column", "a", "--epsilon", "1", "--horizon", "4")
+    assert code == 2 and out == "" and "Traceback" not in err  # the file is checked whole before any release
+    assert err.strip().splitlines()[-1] == "error: line 3: not a CSV line (unexpected end of data)"
+    rows, keys = tmp_path / "rows.csv", tmp_path / "keys.txt"
+    rows.write_text('step,key\n1,"FR\n2,DE\n')
+    keys.write_text("FR\nDE\n")
+    one_error_line(
+        *run_main(
+            "count",
+            str(rows),
+            "--key-column",
+            "key",
+            "--keys",
+            str(keys),
+            "--step-column",
+            "step",
+            "--horizon",
+            "4",
+            "--epsilon",
+            "1",
+        ),
+        "not valid CSV",
+    )
+
+
+def test_a_step_size_in_non_ascii_digits_is_refused(tmp_path):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("date\n2025-01-01\n")
+    one_error_line(
+        *run_main(
+            "count",
+            str(rows),
+            "--step-column",
+            "date",
+            "--start",
+            "2025-01-01",
+            "--step-size",
+            "\u0661d",
+            "--horizon",
+            "4",
+            "--epsilon",
+            "1",
+        ),
+        "--step-size",
+    )

@@ -113,7 +113,7 @@ class EventReader:
         stream: IO[str] = open(path, encoding="utf-8", newline="", errors="strict") if path is not None else sys.stdin
         csv.field_size_limit(MAX_FIELD)
         try:
-            yield from csv.reader(stream)
+            yield from csv.reader(stream, strict=True)  # an unterminated quote is an error, not a value
         except UnicodeDecodeError as error:
             raise InvalidInputError(f"the input is not UTF-8 text (byte {error.start})") from None
         except csv.Error as error:
