@@ -163,3 +163,52 @@ def test_a_step_size_in_non_ascii_digits_is_refused(tmp_path):
         ),
         "--step-size",
     )
+
+
+def test_an_unbounded_anytime_keyed_schedule_is_refused(tmp_path):
+    rows, keys = tmp_path / "rows.csv", tmp_path / "keys.txt"
+    rows.write_text("step,key\n1,FR\n")
+    keys.write_text("FR\n")
+    one_error_line(
+        *run_main(
+            "count",
+            str(rows),
+            "--key-column",
+            "key",
+            "--keys",
+            str(keys),
+            "--step-column",
+            "step",
+            "--epsilon",
+            "1",
+            "--through",
+            str(10**18),
+        ),
+        "--through",
+    )
+
+
+def test_a_key_list_past_the_limit_is_one_error(tmp_path):
+    from pure_dp_mf.engines.keyed import MAX_LOCAL_KEYS
+
+    rows, keys = tmp_path / "rows.csv", tmp_path / "keys.txt"
+    rows.write_text("step,key\n1,k1\n")
+    keys.write_text("".join(f"k{i}\n" for i in range(MAX_LOCAL_KEYS + 1)))
+    one_error_line(
+        *run_main(
+            "count",
+            str(rows),
+            "--key-column",
+            "key",
+            "--keys",
+            str(keys),
+            "--step-column",
+            "step",
+            "--epsilon",
+            "1",
+            "--horizon",
+            "4",
+        ),
+        "--keys",
+        "more than 1,000,000",
+    )

@@ -36,7 +36,15 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.calendar import Calendar
-from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, normalise_key, public_schedule, run_keyed
+from pure_dp_mf.engines.keyed import (
+    MAX_LOCAL_KEYS,
+    KeyedCounters,
+    KeyedEvent,
+    check_keys,
+    normalise_key,
+    public_schedule,
+    run_keyed,
+)
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import MAX_DIGITS, check_size
@@ -88,7 +96,7 @@ def private_running_counts(
     a seeded one is not private and warns). A missing column, a bad argument or (with
     ``invalid="refuse"``) an invalid event is an ``InvalidInputError`` before anything is released."""
     frame = _as_pandas(events)
-    keys = check_keys(keys)
+    keys = check_keys(keys, maximum=MAX_LOCAL_KEYS)
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
     _check_columns(frame, columns)
     if key_column is None and len(keys) != 1:

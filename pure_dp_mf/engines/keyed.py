@@ -90,12 +90,24 @@ def normalise_key(value: object) -> str:
     return str(value).strip()
 
 
-def check_keys(keys: Iterable[str]) -> list[str]:
+MAX_LOCAL_KEYS = 1_000_000
+"""The most keys one local run (the CLI's --keys, the DataFrame function) releases: every key is
+released at every step, and the run keeps a sum, a noise block and an output row per key."""
+
+MAX_ANYTIME_THROUGH = 10**9
+"""The last step an anytime keyed release (no horizon) may schedule: every key is released at
+every step, so a schedule past it cannot finish."""
+
+
+def check_keys(keys: Iterable[str], *, maximum: int | None = None) -> list[str]:
     """The public key list, each key normalised (``normalise_key``): non-empty, no duplicates, no
-    empty key; a string is refused (it is one key, not a list of its characters)."""
+    empty key, at most ``maximum`` keys; a string is refused (it is one key, not a list of its
+    characters)."""
     if isinstance(keys, (str, bytes)):
         raise InvalidInputError(f"keys must be a list of keys, not the string {keys!r} (write [{keys!r}] for one key)")
     keys = [normalise_key(key) for key in keys]
+    if maximum is not None and len(keys) > maximum:
+        raise InvalidInputError(f"the key list holds {len(keys):,} keys, more than {maximum:,}, the most one local run releases")
     if not keys:
         raise InvalidInputError("the key list is empty")
     seen: set[str] = set()
@@ -608,7 +620,7 @@ def public_schedule(horizon: int | None, through: object, *, calendar: Calendar 
             through = parse_integer(through, what="--through")
         elif calendar is not None and not (isinstance(through, numbers.Integral) and not isinstance(through, bool)):
             through = calendar.steps_through(through)
-        last = check_size(through, name="through", maximum=horizon)
+        last = check_size(through, name="--through", maximum=horizon if horizon is not None else MAX_ANYTIME_THROUGH)
     if calendar is not None:
         calendar.check_schedule(last)
     return last

@@ -37,7 +37,7 @@ import numpy as np
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, schedule_progress, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, normalise_key, run_keyed
+from pure_dp_mf.engines.keyed import MAX_LOCAL_KEYS, KeyedCounters, KeyedEvent, check_keys, normalise_key, run_keyed
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import parse_integer
 
@@ -53,6 +53,10 @@ def read_keys(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
     lines = text.splitlines()
+    if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
+        raise InvalidInputError(
+            f"--keys {path}: {len(lines):,} keys, more than {MAX_LOCAL_KEYS:,}, the most one local run releases"
+        )
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InvalidInputError(f"--keys {path}: line {number} is blank")
