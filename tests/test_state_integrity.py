@@ -127,3 +127,34 @@ def test_a_state_of_the_older_format_is_migrated_and_authenticated(tmp_path):
     _edit(path, "UPDATE progress SET record = replace(record, '\"sums\": [', '\"sums\": [1')")
     with pytest.raises(StateFileError, match="fails its checksum"):
         Journal.open(path)
+
+
+def test_a_failed_commit_raises_its_own_error_not_a_failed_rollback(tmp_path, monkeypatch):
+    from pure_dp_mf.engines import journal as journal_module
+    from pure_dp_mf.engines.journal import StorageError
+
+    path = tmp_path / "s.db"
+    _state(path)
+    journal = Journal.open(path)
+
+    class Full:
+        """A connection on a full disk: the write fails, SQLite rolls back by itself, then ROLLBACK fails."""
+
+        def __init__(self, real):
+            self.real, self.in_transaction = real, False
+
+        def execute(self, sql, *parameters):
+            if sql.startswith("UPDATE progress"):
+                self.in_transaction = True
+                raise sqlite3.OperationalError("database or disk is full")
+            if sql == "ROLLBACK":
+                raise sqlite3.OperationalError("cannot rollback - no transaction is active")
+            return self.real.execute(sql, *parameters)
+
+    monkeypatch.setattr(journal, "_connection", Full(journal._connection))
+    with pytest.raises(StorageError, match="disk is full"):
+        journal.commit(released=5, progress={"sums": [9]})
+    monkeypatch.undo()
+    journal._connection.execute("ROLLBACK")
+    journal.close()
+    assert journal_module.FORMAT.endswith("/2")

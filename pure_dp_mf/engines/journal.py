@@ -219,7 +219,7 @@ class Journal:
                     _record_lineage(connection, header, path, journal.released)
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                _rollback(connection)
                 raise
             journal.resumed = not _new
             return journal
@@ -384,11 +384,19 @@ def _transaction(connection: sqlite3.Connection, path: Path) -> Iterator[sqlite3
             yield connection
             connection.execute("COMMIT")
         except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
+            _rollback(connection)
             raise
     except sqlite3.Error as error:
         raise storage_error(path, error) from None
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if any. SQLite may already have rolled it back itself (a
+    full disk, SQLITE_FULL): a failed ROLLBACK then says nothing new, and the error that caused it
+    is the one raised."""
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
 
 
 def _lock(path: Path) -> sqlite3.Connection:
