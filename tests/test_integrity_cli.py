@@ -212,3 +212,24 @@ def test_a_key_list_past_the_limit_is_one_error(tmp_path):
         "--keys",
         "more than 1,000,000",
     )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_an_output_on_a_full_disk_is_one_error_and_claims_no_state():
+    code, out, err = run_main("count", "--epsilon", "1", "--horizon", "8", "--output", "/dev/full", stdin="1\n0\n")
+    assert code == 2 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last == "error: cannot write /dev/full: No space left on device"  # no state: nothing said about one
+
+
+def test_the_zeroed_stream_lines_go_to_the_operator_log_only(tmp_path):
+    log = tmp_path / "operator.jsonl"
+    code, out, err = run_main(
+        "count", "--epsilon", "1", "--horizon", "8", "--seed", "1", "--operator-log", str(log), stdin="1\n2\nx\n0\n"
+    )
+    assert code == 0, err
+    assert "(--invalid zero)" in err and "2 line" not in err  # the policy is named; the count is not on stderr
+    import json
+
+    record = json.loads(log.read_text())
+    assert record["invalid_policy"] == "zero" and record["invalid_lines"] == 2 and record["released_steps"] == 4

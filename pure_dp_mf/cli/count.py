@@ -5,6 +5,7 @@ Thin: parses, builds the counter from the library, runs it into the output, prin
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import typer
 from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.io import StepReader
+from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.engines.runs import check_output_options, describe, metadata, run_stream
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
@@ -276,7 +278,8 @@ def _count_stream(
     **keyed_flags: Any,
 ) -> None:
     """``count`` of one stream: the keyed-only flags (``keyed_flags``) refused, then the counter run over the input."""
-    _refuse_keyed_flags(**keyed_flags)
+    log = keyed_flags.pop("operator_log", None)
+    _refuse_keyed_flags(operator_log=None, **keyed_flags)
     step_beta = _band_beta(band, beta=beta, steps=horizon)
     check_size(commit_every, name="--commit-every", maximum=1 << 20)
     check_output_options(output_format=output_format, dimension=dimension, beta=step_beta, invalid=invalid)
@@ -305,7 +308,7 @@ def _count_stream(
         counter.extend_horizon()
     _announce(counter, state=state, policy=policy, invalid=invalid)
     summary = {**metadata(counter, beta=beta, policy=policy), "band": band, "beta_per_step": step_beta}
-    run_stream(
+    report = run_stream(
         counter,
         source=input_file,
         reader=reader,
@@ -314,6 +317,23 @@ def _count_stream(
         summary=summary,
         first_step=first_step,
     )
+    if log is not None:  # the lines the policy replaced are about the data: the operator log only, never stderr
+        _stream_operator_log(log, policy=policy, invalid=report.invalid, released=report.released)
+
+
+def _stream_operator_log(path: Path, *, policy: str, invalid: int, released: int) -> None:
+    """Append the stream's data diagnostics (not private: never publish) to ``path``."""
+    record = {
+        "not_private": "diagnostics about the data: for the operator only, never publish",
+        "invalid_policy": policy,
+        "invalid_lines": invalid,
+        "released_steps": released,
+    }
+    try:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(record) + "\n")
+    except OSError as error:
+        raise storage_error(path, error, state=False) from None
 
 
 def _band_beta(band: str, *, beta: float, steps: int | None) -> float:

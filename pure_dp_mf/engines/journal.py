@@ -65,9 +65,13 @@ class StorageError(PureDPMFError):
     the state is left as it was before the write."""
 
 
-def storage_error(path: object, error: BaseException) -> StorageError:
-    """One line naming the path and the cause of a failed write."""
+def storage_error(path: object, error: BaseException, *, state: bool = True) -> StorageError:
+    """One line naming the path and the cause of a failed write; "the state is intact" only for a
+    run with a state (``state``), where it is true (every write is after the state's commit or
+    rolled back with it)."""
     reason = getattr(error, "strerror", None) or str(error)
+    if not state:
+        return StorageError(f"cannot write {path}: {reason}")
     return StorageError(f"cannot write {path}: {reason}; the state is intact, run again the same way to continue")
 
 
