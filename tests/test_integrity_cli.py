@@ -233,3 +233,11 @@ def test_the_zeroed_stream_lines_go_to_the_operator_log_only(tmp_path):
 
     record = json.loads(log.read_text())
     assert record["invalid_policy"] == "zero" and record["invalid_lines"] == 2 and record["released_steps"] == 4
+
+
+def test_info_refuses_costs_that_overflow(tmp_path):
+    import numpy as np
+
+    encoder = tmp_path / "tiny.npy"
+    np.save(encoder, np.eye(4) * 1e-300)
+    one_error_line(*run_main("info", str(encoder)), "c2", "overflow")
