@@ -100,5 +100,7 @@ def show(name: str = _NAME, as_json: bool = _JSON) -> None:
     name = check_name(name, flag="NAME")
     registry = registry_path(None)
     if not registry.exists():  # reading creates nothing: no registry, no budget
-        raise InvalidInputError(f"no budget {name!r}: the lineage registry {registry} does not exist (pure-dp-mf budget create)")
+        raise InvalidInputError(
+            f"no budget named {name!r}: the lineage registry {registry} does not exist (pure-dp-mf budget create)"
+        )
     _print(Budget.open(name), as_json)
