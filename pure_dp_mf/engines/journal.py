@@ -407,11 +407,15 @@ def _lock(path: Path) -> sqlite3.Connection:
     """A connection holding the state's exclusive lock (refused at once when another holds it)."""
     try:
         connection = sqlite3.connect(path, isolation_level=None, timeout=0)
-        connection.execute("PRAGMA main.locking_mode = EXCLUSIVE")
-        connection.execute("PRAGMA main.journal_mode = DELETE")
-        connection.execute("PRAGMA main.synchronous = FULL")
-        connection.execute("BEGIN EXCLUSIVE")
-        connection.execute("COMMIT")
+        try:
+            connection.execute("PRAGMA main.locking_mode = EXCLUSIVE")
+            connection.execute("PRAGMA main.journal_mode = DELETE")
+            connection.execute("PRAGMA main.synchronous = FULL")
+            connection.execute("BEGIN EXCLUSIVE")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.close()  # a refused state keeps no lock behind (a lock left to the collector refuses the next open)
+            raise
     except sqlite3.OperationalError as error:
         if "locked" in str(error) or "busy" in str(error):
             raise StateFileError(
