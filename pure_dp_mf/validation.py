@@ -27,6 +27,14 @@ def check_size(value: object, *, name: str, minimum: int = 1, maximum: int | Non
     return value
 
 
+LARGEST_N = 2**1000
+"""The longest stream the closed forms (compare, lift) evaluate: their errors grow as log(n)³ and
+their sizes as n, and past this float64 cannot hold them."""
+
+LARGEST_STEP = 2**62
+"""The largest step an engine addresses (steps and term positions are int64 indices)."""
+
+
 def check_positive(value: object, *, name: str) -> float:
     """Return ``value`` as a float, refusing NaN, infinities and values ≤ 0."""
     try:

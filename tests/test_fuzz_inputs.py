@@ -278,6 +278,45 @@ def test_corrupted_state_files(folder, valid_state, data):
     assert_clean_failure(code, out, err, streamed=True)
 
 
+@pytest.fixture(scope="module")
+def state_in_place(folder):
+    """A state at its own path, known to the registry: (path, its bytes, what it serves)."""
+    counter = ContinualCounter(
+        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, rng=NoiseGenerator.secure()
+    )
+    path = counter.save_state(folder / "in_place_state.db")
+    counter.counts([1, 0])
+    counter.counts([1])
+    counter.close()
+    return path, path.read_bytes(), _served(path)
+
+
+def _served(path: Path) -> tuple:
+    journal = Journal.open(path)
+    try:
+        blocks = [(start, np.asarray(rows, dtype=object).tolist()) for start, rows in journal.blocks(0)]
+        return json.dumps(journal.header, sort_keys=True), journal.released, json.dumps(journal.progress), blocks
+    finally:
+        journal.close()
+
+
+@FUZZ
+@given(position=st.integers(min_value=0, max_value=1 << 20), mask=st.integers(min_value=1, max_value=255))
+def test_a_byte_changed_in_a_state_in_place_is_refused_or_served_exactly(state_in_place, position, mask):
+    path, original, expected = state_in_place
+    changed = bytearray(original)
+    changed[position % len(original)] ^= mask
+    path.write_bytes(bytes(changed))
+    try:
+        try:
+            seen = _served(path)
+        except PureDPMFError:
+            return  # refused, naming the problem
+        assert seen == expected  # never a different release or progress record
+    finally:
+        path.write_bytes(original)
+
+
 # ---------------------------------------------------------------------------------- count input
 
 

@@ -127,6 +127,27 @@ CLI_CASES = [
     # text matrices: an over-long field, Latin-1 where UTF-8 is expected
     (["info", "{long_field.csv}"], ["140000 characters", "131072"]),
     (["info", "{latin1.txt}"], ["not UTF-8", "0xe9"]),
+    # numbers past what the engines address: one error, up front
+    (["plan", "--step", "1" * 30, "--epsilon", "1"], ["--step"]),
+    (["compare", "--n", "2" + "0" * 399], ["--n"]),
+    (["lift", "base_factorizations/k004_maxse.npz", "--n", "2" + "0" * 399], ["--n"]),
+    (["count", "--epsilon", "1", "--dimension", "100000000000"], ["--dimension"]),
+    # options that would be ignored, or an output that cannot be written: refused before any release
+    (["count", "--epsilon", "1", "--horizon", "4", "--through", "1"], ["--through"]),
+    (["count", "--epsilon", "1", "--horizon", "4", "--band", "simultaneous"], ["--band simultaneous", "--format plain"]),
+    (
+        ["count", "--epsilon", "1", "--horizon", "4", "--format", "csv", "--output", "{dir}/o.csv", "--plot", "{dir}/x.txt"],
+        [".png"],
+    ),
+    (
+        ["count", "--epsilon", "1", "--horizon", "4", "--format", "csv", "--output", "{dir}/o.csv", "--plot", "/proc/p.png"],
+        ["--plot"],
+    ),
+    (
+        ["count", "--epsilon", "1", "--horizon", "4", "--start", "2025-01-01", "--step-column", "d", "--step-size", "\u0661d"],
+        ["--step-size"],
+    ),
+    (["reproduce", "--out", "{huge.npy}"], ["--out", "not a folder"]),
 ]
 
 

@@ -12,6 +12,8 @@ import typer
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.engines.budget import Budget, check_name, epsilon_text, exact_epsilon, float_below, show_epsilon
+from pure_dp_mf.engines.registry import registry_path
+from pure_dp_mf.errors import InvalidInputError
 
 budget_app = typer.Typer(
     name="budget",
@@ -95,4 +97,10 @@ def create(name: str = _NAME, epsilon: float = _EPSILON, as_json: bool = _JSON) 
 @budget_app.command("show")
 def show(name: str = _NAME, as_json: bool = _JSON) -> None:
     """Show a budget: its total, what is spent, what remains, and each counter that drew on it."""
-    _print(Budget.open(check_name(name, flag="NAME")), as_json)
+    name = check_name(name, flag="NAME")
+    registry = registry_path(None)
+    if not registry.exists():  # reading creates nothing: no registry, no budget
+        raise InvalidInputError(
+            f"no budget named {name!r}: the lineage registry {registry} does not exist (pure-dp-mf budget create)"
+        )
+    _print(Budget.open(name), as_json)

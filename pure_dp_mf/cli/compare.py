@@ -12,6 +12,7 @@ from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.mechanisms.anytime import anytime_rows
 from pure_dp_mf.mechanisms.planner import DEFAULT_PROVIDERS, comparison_rows
 from pure_dp_mf.reports.figures import plot_leading_constants
+from pure_dp_mf.validation import LARGEST_N, check_size
 
 
 @app.command()
@@ -26,6 +27,7 @@ def compare(
     ),
 ) -> None:
     """MaxSE, MeanSE and leading constants of every mechanism at n, best arity per metric, sorted by error."""
+    check_size(n, name="--n", maximum=LARGEST_N)
     if plot is not None:
         check_writable_file(plot, name="--plot")  # before any work
     providers = (*DEFAULT_PROVIDERS, anytime_rows) if anytime else None

@@ -5,7 +5,9 @@ Thin: parses, builds the counter from the library, runs it into the output, prin
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import typer
 from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.io import StepReader
+from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.engines.runs import check_output_options, describe, metadata, run_stream
 from pure_dp_mf.errors import InvalidInputError, require_extra
 from pure_dp_mf.release.generator import NoiseGenerator
@@ -198,6 +201,14 @@ def count(
     if plot is not None:  # before anything is released or charged: a plot that cannot be written fails now
         _check_plot_path(plot)
         require_extra("matplotlib")
+    if not rows and band == "simultaneous" and output_format == "plain":
+        raise InvalidInputError(
+            "--band simultaneous sets the intervals, and --format plain shows none: use --format csv or jsonl"
+        )
+    if not rows and dimension > MAX_DIMENSION:
+        raise InvalidInputError(
+            f"--dimension {dimension} is more than {MAX_DIMENSION:,} counters, the most one run keeps in bounded memory"
+        )
     if rows:
         _count_keyed(**params)
     else:
@@ -210,13 +221,23 @@ def count(
         error_console.print(f"plot: {plot}", markup=False, highlight=False)
 
 
+MAX_DIMENSION = 1 << 20
+"""The most counters (--dimension) one run keeps: each holds its own noise pages and sums."""
+
+
 def _check_plot_path(plot: Path) -> None:
-    """Refuse a --plot whose folder is missing or not writable, or that names an existing folder."""
+    """Refuse, before anything is read or released, a --plot that is not a .png path or whose
+    folder cannot take a new file (tried with a temporary file there, removed at once)."""
+    if plot.suffix.lower() != ".png":
+        raise InvalidInputError(f"--plot {plot}: the plot is a PNG image; name it with .png")
     folder = plot.parent if str(plot.parent) else Path(".")
-    if not folder.is_dir():
-        raise InvalidInputError(f"--plot {plot}: folder {folder} does not exist")
-    if plot.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or (plot.exists() and not os.access(plot, os.W_OK)):
+    if plot.is_dir() or (plot.exists() and not os.access(plot, os.W_OK)):
         raise InvalidInputError(f"--plot {plot}: cannot write there")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{plot.name}.", suffix=".tmp"):
+            pass
+    except OSError as error:
+        raise InvalidInputError(f"--plot {plot}: cannot write there ({error.strerror or error})") from None
 
 
 def _count_keyed(
@@ -277,7 +298,8 @@ def _count_stream(
     **keyed_flags: Any,
 ) -> None:
     """``count`` of one stream: the keyed-only flags (``keyed_flags``) refused, then the counter run over the input."""
-    _refuse_keyed_flags(**keyed_flags)
+    log = keyed_flags.pop("operator_log", None)
+    _refuse_keyed_flags(operator_log=None, **keyed_flags)
     step_beta = _band_beta(band, beta=beta, steps=horizon)
     check_size(commit_every, name="--commit-every", maximum=1 << 20)
     check_output_options(output_format=output_format, dimension=dimension, beta=step_beta, invalid=invalid)
@@ -306,7 +328,7 @@ def _count_stream(
         counter.extend_horizon()
     _announce(counter, state=state, policy=policy, invalid=invalid)
     summary = {**metadata(counter, beta=beta, policy=policy), "band": band, "beta_per_step": step_beta}
-    run_stream(
+    report = run_stream(
         counter,
         source=input_file,
         reader=reader,
@@ -315,6 +337,23 @@ def _count_stream(
         summary=summary,
         first_step=first_step,
     )
+    if log is not None:  # the lines the policy replaced are about the data: the operator log only, never stderr
+        _stream_operator_log(log, policy=policy, invalid=report.invalid, released=report.released)
+
+
+def _stream_operator_log(path: Path, *, policy: str, invalid: int, released: int) -> None:
+    """Append the stream's data diagnostics (not private: never publish) to ``path``."""
+    record = {
+        "not_private": "diagnostics about the data: for the operator only, never publish",
+        "invalid_policy": policy,
+        "invalid_lines": invalid,
+        "released_steps": released,
+    }
+    try:
+        with open(path, "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(record) + "\n")
+    except OSError as error:
+        raise storage_error(path, error, state=False) from None
 
 
 def _band_beta(band: str, *, beta: float, steps: int | None) -> float:
@@ -359,8 +398,8 @@ def _refuse_keyed_flags(
     operator_log: Path | None,
 ) -> None:
     """The flags of event rows, refused for one count per line (one error naming the flag).
-    ``key_column`` and ``step_column`` are None here; --through and --operator-log are not
-    refused: a line-per-step run does not read them."""
+    ``key_column`` and ``step_column`` are None here; --through is refused (every input line is
+    a step: it would be ignored); --operator-log is not."""
     if engine != "local":
         raise InvalidInputError("--engine is for keyed counts: give --key-column too")
     if privacy_unit not in (None, "step"):
@@ -375,6 +414,7 @@ def _refuse_keyed_flags(
         "--max-per-key": max_per_key,
         "--start": start,
         "--step-size": step_size,
+        "--through": through,
     }
     for flag, value in given.items():
         if value is not None:

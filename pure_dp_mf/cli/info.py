@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from pure_dp_mf.cli.app import (
@@ -15,6 +17,7 @@ from pure_dp_mf.cli.app import (
     print_json,
     print_table,
 )
+from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 
 
@@ -34,7 +37,13 @@ def info(
     )
     residual = factorization.validate()
     record = {"file": str(file), "metric": factorization.metric, "residual": residual}
-    record.update(factorization.costs(epsilon=epsilon).as_dict())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by name
+        record.update(factorization.costs(epsilon=epsilon).as_dict())
+    overflowed = [name for name, value in record.items() if isinstance(value, float) and not math.isfinite(value)]
+    if overflowed:  # an inf is no cost: the decoder of a near-singular encoder leaves float64
+        raise InvalidInputError(
+            f"{file}: {', '.join(overflowed)} overflow float64 (the decoder of this encoder is too large: is it near singular?)"
+        )
     if as_json:
         print_json(record)
         return

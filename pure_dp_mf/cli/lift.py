@@ -11,6 +11,7 @@ from pure_dp_mf.cli.app import ARRAY_OPTION, INTEGER_GRID_OPTION, app, console, 
 from pure_dp_mf.factorizations.factorization import Factorization, file_sha256
 from pure_dp_mf.mechanisms import lift as lifting
 from pure_dp_mf.reports.figures import plot_lift_against_trees
+from pure_dp_mf.validation import LARGEST_N, check_size
 
 _BASE = typer.Argument(..., help="base factorization file of T_k (.npz), or a published square encoder (.npy, .npz, text)")
 _N = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)")
@@ -40,6 +41,7 @@ def lift(
     as_json: bool = _JSON,
 ) -> None:
     """Lift BASE to n by the diamond-alpha construction and print levels, α's, MaxSE, MeanSE, leading constants."""
+    check_size(n, name="--n", maximum=LARGEST_N)
     for flag, target in (("--out", out), ("--plot", plot)):
         if target is not None:
             check_writable_file(target, name=flag)  # before any work

@@ -13,6 +13,7 @@ from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines import io
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.runs import check_output_options, metadata
+from pure_dp_mf.errors import InvalidInputError
 
 _STATE = typer.Argument(..., exists=True, dir_okay=False, help="a single counter's state file (count --state)")
 _FORMAT = typer.Option("csv", "--format", help="csv (with a header line), jsonl (a header record first) or plain")
@@ -30,6 +31,8 @@ def releases(
     beta: float = _BETA,
 ) -> None:
     """Print the released steps of a single counter's state (read back; nothing is drawn)."""
+    if last_step is not None and first_step > last_step:
+        raise InvalidInputError(f"--first-step {first_step} is after --last-step {last_step}: no step lies between them")
     counter = Counter.open(state, beta=beta, read_only=True)
     try:
         if counter.seeded:  # the export of a seeded state says so (csv and plain: here; jsonl: its header too)

@@ -11,8 +11,9 @@ from pathlib import Path
 import typer
 
 from pure_dp_mf.cli.app import app, console, error_console, print_table
-from pure_dp_mf.errors import require_extra
+from pure_dp_mf.errors import InvalidInputError, require_extra
 from pure_dp_mf.reports.reproduce import reproduce as run
+from pure_dp_mf.validation import LARGEST_N, check_size
 
 SUMMARY_COLUMNS = {  # title prefix: the columns printed (the report has them all)
     "Arkhipov & Kalinin, Table 2": (
@@ -58,6 +59,10 @@ def reproduce(
     """Re-verify every certificate and reproduce Arkhipov & Kalinin's Tables 1–2, the comparison, lower bounds,
     Choquette-Choo et al.'s Gaussian comparison and a streaming demonstration, into OUT/report.md."""
     require_extra("matplotlib")  # the report's figures (the `report` extra), refused before any section runs
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"--out {out} exists and is not a folder: give a folder (it is created if missing)")
+    if n is not None:
+        check_size(n, name="--n", maximum=LARGEST_N)
 
     with console.status("reproducing") as status:
         result = run(

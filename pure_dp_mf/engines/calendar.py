@@ -26,7 +26,7 @@ from pure_dp_mf.errors import InvalidInputError
 
 UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_STEP_SECONDS = 36525 * 86400  # a century: calendars stay inside datetime's years 1 … 9999
-_SIZE = re.compile(r"\s*(\d+)\s*(s|min|h|d|w)\s*")
+_SIZE = re.compile(r"\s*([0-9]+)\s*(s|min|h|d|w)\s*", re.ASCII)  # ASCII digits only: "١d" is refused
 
 
 def parse_step_size(text: str, *, flag: str = "--step-size") -> timedelta:

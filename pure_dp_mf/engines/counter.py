@@ -338,6 +338,8 @@ class Counter:
     def extend(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
         """Release the steps from ``first_step`` (default the next; ``release``), one durable
         commit with a state file; one ``Release`` each."""
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise InvalidInputError(f"values must be a sequence of steps' inputs, got {type(values).__name__}")
         values = list(values)
         if not values:
             return []

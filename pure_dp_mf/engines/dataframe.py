@@ -36,7 +36,15 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.calendar import Calendar
-from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, public_schedule, run_keyed
+from pure_dp_mf.engines.keyed import (
+    MAX_LOCAL_KEYS,
+    KeyedCounters,
+    KeyedEvent,
+    check_keys,
+    normalise_key,
+    public_schedule,
+    run_keyed,
+)
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import MAX_DIGITS, check_size
@@ -88,7 +96,7 @@ def private_running_counts(
     a seeded one is not private and warns). A missing column, a bad argument or (with
     ``invalid="refuse"``) an invalid event is an ``InvalidInputError`` before anything is released."""
     frame = _as_pandas(events)
-    keys = check_keys(keys)
+    keys = check_keys(keys, maximum=MAX_LOCAL_KEYS)
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
     _check_columns(frame, columns)
     if key_column is None and len(keys) != 1:
@@ -258,7 +266,10 @@ def _scheduled(frame, *, keys: list[str], columns: dict, calendar: Calendar | No
         key_text = np.full(len(frame), keys[0], dtype=object)
     else:
         cells = frame[key_column]
-        key_text = cells.astype(str).to_numpy(dtype=object)
+        import pandas as pd
+
+        codes, spellings = pd.factorize(cells.astype(str))  # each distinct spelling normalised once
+        key_text = np.array([normalise_key(text) for text in spellings] + [""], dtype=object)[codes]
         listed = cells.notna().to_numpy(dtype=bool) & np.isin(key_text, np.asarray(keys, dtype=object))
     rows = np.flatnonzero(listed)
     step_cells = frame[step_column].iloc[rows]

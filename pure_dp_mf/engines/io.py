@@ -199,7 +199,7 @@ class StepReader:
         if len(header) > MAX_FIELD:
             raise InvalidInputError(f"line 1: a header of {len(header)} characters is too long")
         try:
-            names = [name.strip() for name in next(csv.reader([header]))]
+            names = [name.strip() for name in next(csv.reader([header], strict=True))]
         except csv.Error as error:
             raise InvalidInputError(f"line 1: not a CSV header line ({error})") from None
         if self.column not in names:
@@ -213,7 +213,7 @@ def _field(text: str, select: int | None, *, number: int) -> str:
         if len(text) > MAX_FIELD:
             raise InvalidInputError(f"line {number}: longer than {MAX_FIELD} characters")
         try:
-            fields = next(csv.reader([text])) if text else []
+            fields = next(csv.reader([text], strict=True)) if text else []
         except csv.Error as error:
             raise InvalidInputError(f"line {number}: not a CSV line ({error})") from None
         if len(fields) <= select:

@@ -47,11 +47,12 @@ import numpy as np
 from pure_dp_mf.engines import registry as registry_module
 from pure_dp_mf.errors import PureDPMFError
 
-FORMAT = "pure_dp_mf.journal/1"
+FORMAT = "pure_dp_mf.journal/2"
+OLD_FORMAT = "pure_dp_mf.journal/1"  # the same tables without record digests: migrated on open (``_migrate``)
 _TABLES = """
 CREATE TABLE header (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE progress (id INTEGER PRIMARY KEY CHECK (id = 0), released INTEGER NOT NULL, record TEXT NOT NULL);
-CREATE TABLE blocks (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, rows BLOB NOT NULL);
+CREATE TABLE progress (id INTEGER PRIMARY KEY CHECK (id = 0), released INTEGER NOT NULL, record TEXT NOT NULL, digest TEXT);
+CREATE TABLE blocks (first INTEGER PRIMARY KEY, last INTEGER NOT NULL, rows BLOB NOT NULL, digest TEXT);
 """
 
 
@@ -64,9 +65,13 @@ class StorageError(PureDPMFError):
     the state is left as it was before the write."""
 
 
-def storage_error(path: object, error: BaseException) -> StorageError:
-    """One line naming the path and the cause of a failed write."""
+def storage_error(path: object, error: BaseException, *, state: bool = True) -> StorageError:
+    """One line naming the path and the cause of a failed write; "the state is intact" only for a
+    run with a state (``state``), where it is true (every write is after the state's commit or
+    rolled back with it)."""
     reason = getattr(error, "strerror", None) or str(error)
+    if not state:
+        return StorageError(f"cannot write {path}: {reason}")
     return StorageError(f"cannot write {path}: {reason}; the state is intact, run again the same way to continue")
 
 
@@ -90,6 +95,23 @@ def _checksum(header: dict) -> str:
     return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
 
 
+def record_digest(lineage: str, kind: str, fields: Sequence[int | str], payload: bytes = b"") -> str:
+    """The digest that authenticates one stored record: SHA-256 over the format, the state's
+    lineage, the record's kind ("progress" or "blocks"), its fields and its payload, each
+    length-delimited (JSON, then the raw bytes), so no two distinct records share an encoding. A
+    record whose digest does not match is refused (``_verified``): a one-byte change of a stored
+    record is never resumed or read back as a release. It detects corruption, not a forger who
+    holds the file (the file holds everything such a forger needs, the generator key included)."""
+    digest = hashlib.sha256(json.dumps([FORMAT, lineage, kind, *fields]).encode() + b"\x00")
+    digest.update(payload)
+    return digest.hexdigest()
+
+
+def _verified(path: Path, what: str, stored: object, expected: str) -> None:
+    if stored != expected:
+        raise StateFileError(f"{path}: corrupted state ({what} fails its checksum); it is refused, restore a backup")
+
+
 class Journal:
     """An open, locked state (module docstring). Made by ``create`` or ``open``; ``close`` it (or
     let the process end) to release it."""
@@ -99,9 +121,13 @@ class Journal:
         self._connection: sqlite3.Connection | None = connection
         self.header = header
         self.registry = registry
-        released, record = connection.execute("SELECT released, record FROM progress WHERE id = 0").fetchone()
-        self.released: int = int(released)
-        self.progress: dict = json.loads(record)
+        try:
+            released, record, digest = connection.execute("SELECT released, record, digest FROM progress WHERE id = 0").fetchone()
+            _verified(path, "the progress record", digest, record_digest(self.lineage, "progress", [int(released), record]))
+            self.released: int = int(released)
+            self.progress: dict = json.loads(record)
+        except (sqlite3.Error, TypeError, ValueError):
+            raise StateFileError(f"{path}: corrupted state (the progress record cannot be read)") from None
         self.resumed = False
         self.registry_status = "new"
         self.read_only = False
@@ -137,7 +163,9 @@ class Journal:
                 building.executescript(_TABLES)
                 building.execute("BEGIN")
                 building.executemany("INSERT INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in header.items()])
-                building.execute("INSERT INTO progress VALUES (0, 0, ?)", (json.dumps(progress),))
+                record = json.dumps(progress)
+                digest = record_digest(header["lineage"], "progress", [0, record])
+                building.execute("INSERT INTO progress VALUES (0, 0, ?, ?)", (record, digest))
                 building.execute("COMMIT")
             building.close()
             _fsync_file(temporary)
@@ -178,6 +206,8 @@ class Journal:
         connection = _lock(path)
         try:
             header = _read_header(path, connection)
+            if header.get("format") == OLD_FORMAT:
+                header = _migrate(path, connection, header)
             if header.get("moved_to"):
                 raise StateFileError(f"{path}: this state was moved to {header['moved_to']}; resume that one")
             registry_path = registry_module.registry_path(registry)
@@ -211,10 +241,13 @@ class Journal:
                     _record_lineage(connection, header, path, journal.released)
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                _rollback(connection)
                 raise
             journal.resumed = not _new
             return journal
+        except (sqlite3.DatabaseError, ValueError, TypeError) as error:
+            connection.close()
+            raise StateFileError(f"{path}: corrupted state ({error})") from None
         except BaseException:
             connection.close()
             raise
@@ -232,15 +265,21 @@ class Journal:
         budget charge of a counter's first released step, ``budget.charge``)."""
         if self.read_only:
             raise StateFileError(f"{self.path}: opened to read its releases only; it releases nothing")
+        record = json.dumps(progress)
+        digest = record_digest(self.lineage, "progress", [int(released), record])
         with _transaction(self._live(), self.path) as connection:
             if also is not None:
                 also(connection)
-            connection.execute("UPDATE progress SET released = ?, record = ? WHERE id = 0", (int(released), json.dumps(progress)))
+            connection.execute(
+                "UPDATE progress SET released = ?, record = ?, digest = ? WHERE id = 0", (int(released), record, digest)
+            )
             if rows is not None and first is not None and released > first:
                 if not self.header["history"]:
                     connection.execute("DELETE FROM blocks")
+                data = encode_rows(rows)
+                block_digest = record_digest(self.lineage, "blocks", [int(first), int(released) - 1], data)
                 connection.execute(
-                    "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?)", (int(first), int(released) - 1, encode_rows(rows))
+                    "INSERT OR REPLACE INTO blocks VALUES (?, ?, ?, ?)", (int(first), int(released) - 1, data, block_digest)
                 )
             changed = connection.execute(
                 "UPDATE registry.lineages SET released = ?, updated = ? WHERE lineage = ?",
@@ -265,12 +304,37 @@ class Journal:
     def blocks(self, first: int = 0, stop: int | None = None) -> list[tuple[int, np.ndarray]]:
         """The kept released blocks overlapping steps [first, stop) (0-based): (first step, rows)."""
         stop = self.released if stop is None else stop
-        rows = (
-            self._live()
-            .execute("SELECT first, rows FROM blocks WHERE last >= ? AND first < ? ORDER BY first", (int(first), int(stop)))
-            .fetchall()
-        )
-        return [(int(start), decode_rows(data)) for start, data in rows]
+        connection = self._live()
+        try:
+            rows = connection.execute(
+                "SELECT first, last, rows, digest FROM blocks WHERE last >= ? AND first < ? ORDER BY first",
+                (int(first), int(stop)),
+            ).fetchall()
+        except sqlite3.Error:
+            raise StateFileError(f"{self.path}: corrupted state (its released rows cannot be read)") from None
+        out = []
+        for start, last, data, digest in rows:
+            what = f"the released rows of steps {int(start) + 1} … {int(last) + 1}"
+            if not isinstance(data, bytes):
+                raise StateFileError(f"{self.path}: corrupted state ({what} are not stored as bytes)")
+            _verified(self.path, what, digest, record_digest(self.lineage, "blocks", [int(start), int(last)], data))
+            try:
+                block = decode_rows(data)
+            except (ValueError, TypeError):
+                raise StateFileError(f"{self.path}: corrupted state ({what} cannot be decoded)") from None
+            if len(block) != int(last) - int(start) + 1:
+                raise StateFileError(f"{self.path}: corrupted state ({what} hold {len(block)} rows)")
+            out.append((int(start), block))
+        kept = (max(int(first), 0), min(int(stop), self.released)) if self.header["history"] else None
+        if kept is not None and kept[0] < kept[1]:  # every released step is kept: the blocks must tile the range
+            ends = [(start, start + len(block)) for start, block in out]
+            tiled = bool(ends) and ends[0][0] <= kept[0] and ends[-1][1] >= kept[1]
+            tiled = tiled and all(a[1] == b[0] for a, b in zip(ends, ends[1:], strict=False))
+            if not tiled:
+                raise StateFileError(
+                    f"{self.path}: corrupted state (the released rows of steps {kept[0] + 1} … {kept[1]} are incomplete)"
+                )
+        return out
 
     def rows(self, first: int, stop: int) -> list:
         """The released rows of steps [first, stop) (0-based), as kept (a clear error for steps not kept)."""
@@ -347,22 +411,34 @@ def _transaction(connection: sqlite3.Connection, path: Path) -> Iterator[sqlite3
             yield connection
             connection.execute("COMMIT")
         except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
+            _rollback(connection)
             raise
     except sqlite3.Error as error:
         raise storage_error(path, error) from None
+
+
+def _rollback(connection: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if any. SQLite may already have rolled it back itself (a
+    full disk, SQLITE_FULL): a failed ROLLBACK then says nothing new, and the error that caused it
+    is the one raised."""
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
 
 
 def _lock(path: Path) -> sqlite3.Connection:
     """A connection holding the state's exclusive lock (refused at once when another holds it)."""
     try:
         connection = sqlite3.connect(path, isolation_level=None, timeout=0)
-        connection.execute("PRAGMA main.locking_mode = EXCLUSIVE")
-        connection.execute("PRAGMA main.journal_mode = DELETE")
-        connection.execute("PRAGMA main.synchronous = FULL")
-        connection.execute("BEGIN EXCLUSIVE")
-        connection.execute("COMMIT")
+        try:
+            connection.execute("PRAGMA main.locking_mode = EXCLUSIVE")
+            connection.execute("PRAGMA main.journal_mode = DELETE")
+            connection.execute("PRAGMA main.synchronous = FULL")
+            connection.execute("BEGIN EXCLUSIVE")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.close()  # a refused state keeps no lock behind (a lock left to the collector refuses the next open)
+            raise
     except sqlite3.OperationalError as error:
         if "locked" in str(error) or "busy" in str(error):
             raise StateFileError(
@@ -372,6 +448,8 @@ def _lock(path: Path) -> sqlite3.Connection:
         raise StateFileError(f"{path}: not a counter state ({error})") from None
     except sqlite3.DatabaseError as error:
         raise StateFileError(f"{path}: not a counter state ({error})") from None
+    except ValueError:  # text SQLite hands back that is not UTF-8: a damaged file
+        raise StateFileError(f"{path}: not a counter state (its database header cannot be read)") from None
     return connection
 
 
@@ -379,10 +457,10 @@ def _read_header(path: Path, connection: sqlite3.Connection) -> dict:
     try:
         header = {name: json.loads(value) for name, value in connection.execute("SELECT name, value FROM header")}
         connection.execute("SELECT released, record FROM progress WHERE id = 0").fetchone()
-    except (sqlite3.Error, ValueError):
+    except (sqlite3.Error, ValueError, TypeError):
         raise StateFileError(f"{path}: not a counter state (format {FORMAT!r} expected)") from None
     moved = header.pop("moved_to", None)
-    if header.get("format") != FORMAT:
+    if header.get("format") not in (FORMAT, OLD_FORMAT):
         raise StateFileError(f"{path}: not a counter state of this version (format {FORMAT!r} expected)")
     if header.get("checksum") != _checksum({k: v for k, v in header.items() if k != "checksum"}):
         raise StateFileError(f"{path}: corrupted state (header checksum mismatch)")
@@ -391,6 +469,41 @@ def _read_header(path: Path, connection: sqlite3.Connection) -> dict:
     if moved:
         header["moved_to"] = moved
     return header
+
+
+def _migrate(path: Path, connection: sqlite3.Connection, header: dict) -> dict:
+    """Carry a state of the older format (``OLD_FORMAT``: the header checksummed, its other records
+    not) to ``FORMAT``, in one transaction: a digest column for the progress record and the
+    released rows, each record's digest computed from the record as it is now, and the header's
+    format. The older format could not tell a corrupted record from a sound one, so the migration
+    cannot either: it authenticates the records from now on (docs/privacy.md, "The journal")."""
+    lineage = str(header["lineage"])
+    try:
+        with _transaction(connection, path):
+            for table in ("progress", "blocks"):
+                columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+                if "digest" not in columns:
+                    connection.execute(f"ALTER TABLE {table} ADD COLUMN digest TEXT")
+            for released, record in connection.execute("SELECT released, record FROM progress").fetchall():
+                connection.execute(
+                    "UPDATE progress SET digest = ? WHERE id = 0", (record_digest(lineage, "progress", [int(released), record]),)
+                )
+            for first, last, data in connection.execute("SELECT first, last, rows FROM blocks").fetchall():
+                connection.execute(
+                    "UPDATE blocks SET digest = ? WHERE first = ?",
+                    (record_digest(lineage, "blocks", [int(first), int(last)], bytes(data)), first),
+                )
+            migrated = {k: v for k, v in header.items() if k not in ("checksum", "moved_to")}
+            migrated["format"] = FORMAT
+            migrated["checksum"] = _checksum(migrated)
+            connection.executemany(
+                "INSERT OR REPLACE INTO header VALUES (?, ?)", [(k, json.dumps(v)) for k, v in migrated.items()]
+            )
+    except (TypeError, ValueError):
+        raise StateFileError(f"{path}: corrupted state (a record of the older format cannot be read)") from None
+    if header.get("moved_to"):
+        migrated["moved_to"] = header["moved_to"]
+    return migrated
 
 
 def _claim_first(header: dict, registry: str | os.PathLike | None) -> None:

@@ -63,7 +63,7 @@ from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
-from pure_dp_mf.release.error_bars import ErrorBars
+from pure_dp_mf.release.error_bars import ErrorBars, floor_half_widths
 from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
@@ -84,9 +84,31 @@ def check_privacy_unit(privacy_unit: str) -> str:
     return privacy_unit
 
 
-def check_keys(keys: Iterable[str]) -> list[str]:
-    """The public key list: non-empty, no duplicates, no empty key."""
-    keys = [str(key) for key in keys]
+def normalise_key(value: object) -> str:
+    """The one spelling of a key, for every engine (the CLI's rows, the key list, the DataFrame
+    function, Spark): its text without the white space around it, so that " FR" and "FR" are one
+    key wherever they are read. A public function of the key alone (no data value decides it)."""
+    return str(value).strip()
+
+
+MAX_LOCAL_KEYS = 1_000_000
+"""The most keys one local run (the CLI's --keys, the DataFrame function) releases: every key is
+released at every step, and the run keeps a sum, a noise block and an output row per key."""
+
+MAX_ANYTIME_THROUGH = 10**9
+"""The last step an anytime keyed release (no horizon) may schedule: every key is released at
+every step, so a schedule past it cannot finish."""
+
+
+def check_keys(keys: Iterable[str], *, maximum: int | None = None) -> list[str]:
+    """The public key list, each key normalised (``normalise_key``): non-empty, no duplicates, no
+    empty key, at most ``maximum`` keys; a string is refused (it is one key, not a list of its
+    characters)."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidInputError(f"keys must be a list of keys, not the string {keys!r} (write [{keys!r}] for one key)")
+    keys = [normalise_key(key) for key in keys]
+    if maximum is not None and len(keys) > maximum:
+        raise InvalidInputError(f"the key list holds {len(keys):,} keys, more than {maximum:,}, the most one local run releases")
     if not keys:
         raise InvalidInputError("the key list is empty")
     seen: set[str] = set()
@@ -503,7 +525,10 @@ class KeyedCounters(_KeyedState):
         interval always holds its count (a count below 0 is its own lower end)."""
         counts = np.asarray(counts)
         bars = self.bars(start, start + (counts.shape[-1] if counts.ndim > 1 else 1), beta=beta)
-        half = np.floor(bars.half_width if counts.ndim > 1 else bars.half_width[0]).astype(np.int64)
+        half = floor_half_widths(bars.half_width if counts.ndim > 1 else bars.half_width[:1])
+        half = half if counts.ndim > 1 else half[:1].reshape(())
+        if counts.dtype == object or half.dtype == object or np.abs(counts).max(initial=0) >= 2**61:
+            counts, half = counts.astype(object), np.asarray(half).astype(object)  # exact at any size
         lower = np.minimum(np.maximum(counts - half, 0), counts)
         upper = counts + half
         return bars.std, lower, upper
@@ -511,6 +536,8 @@ class KeyedCounters(_KeyedState):
     def admit(self, *, key: str, step: int, value: int, user: str | None = None) -> tuple[int, int]:
         """(key index or −1, kept value) of one event, after the key check and the user's bounds."""
         index = self.index.get(key, -1)
+        if index < 0:
+            index = self.index.get(normalise_key(key), -1)
         if index < 0:
             self.dropped_unknown += 1
             return -1, 0
@@ -627,7 +654,7 @@ def public_schedule(horizon: int | None, through: object, *, calendar: Calendar 
             through = parse_integer(through, what="--through")
         elif calendar is not None and not (isinstance(through, numbers.Integral) and not isinstance(through, bool)):
             through = calendar.steps_through(through)
-        last = check_size(through, name="through", maximum=horizon)
+        last = check_size(through, name="--through", maximum=horizon if horizon is not None else MAX_ANYTIME_THROUGH)
     if calendar is not None:
         calendar.check_schedule(last)
     return last

@@ -37,7 +37,7 @@ import numpy as np
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, schedule_progress, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, check_keys, run_keyed
+from pure_dp_mf.engines.keyed import MAX_LOCAL_KEYS, KeyedCounters, KeyedEvent, check_keys, normalise_key, run_keyed
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import parse_integer
 
@@ -53,6 +53,10 @@ def read_keys(path: Path) -> list[str]:
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
     lines = text.splitlines()
+    if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
+        raise InvalidInputError(
+            f"--keys {path}: {len(lines):,} keys, more than {MAX_LOCAL_KEYS:,}, the most one local run releases"
+        )
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InvalidInputError(f"--keys {path}: line {number} is blank")
@@ -113,7 +117,7 @@ class EventReader:
         stream: IO[str] = open(path, encoding="utf-8", newline="", errors="strict") if path is not None else sys.stdin
         csv.field_size_limit(MAX_FIELD)
         try:
-            yield from csv.reader(stream)
+            yield from csv.reader(stream, strict=True)  # an unterminated quote is an error, not a value
         except UnicodeDecodeError as error:
             raise InvalidInputError(f"the input is not UTF-8 text (byte {error.start})") from None
         except csv.Error as error:
@@ -145,7 +149,7 @@ class EventReader:
         """One row's event, None when dropped (unseen or by the policy)."""
         if len(row) != len(positions) and len(row) < max(positions.values()) + 1:
             return self._invalid(f"line {number}: {len(row)} field(s), fewer than the header's")
-        key = row[positions["--key-column"]].strip() if "--key-column" in positions else self.only_key
+        key = normalise_key(row[positions["--key-column"]]) if "--key-column" in positions else self.only_key
         if key not in self.keys:
             self.dropped += 1
             return None

@@ -122,8 +122,14 @@ def run_stream(
             progress.stop()
         if source is not None:
             stream.close()
+        closing: OSError | None = None
         if output is not None:
-            sink.close()
+            try:
+                sink.close()  # the last buffered text is written here: a full disk can surface now
+            except OSError as error:
+                closing = error
+    if closing is not None:  # only when nothing else went wrong (that error is the one raised)
+        raise storage_error(output, closing, state=durable)
     return RunReport(released=released, invalid=reader.invalid, resumed=resumed)
 
 
@@ -149,7 +155,7 @@ def _open_sink(
             stream.write(header + "\n")
         stream.flush()
     except OSError as error:
-        raise storage_error(output, error) from None
+        raise storage_error(output, error, state=journal is not None) from None
     return stream
 
 
@@ -171,7 +177,7 @@ def _write(sink: IO[str], text: str, *, durable: bool, path: Path | None) -> Non
         if durable:
             os.fsync(sink.fileno())
     except OSError as error:
-        raise storage_error(path or "standard output", error) from None
+        raise storage_error(path or "standard output", error, state=durable) from None
 
 
 def describe(counter: Counter) -> str:

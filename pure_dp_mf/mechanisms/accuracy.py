@@ -65,7 +65,7 @@ from pure_dp_mf.engines.keyed import check_privacy_unit
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.mechanisms import trees
-from pure_dp_mf.validation import check_epsilon, check_positive, check_size
+from pure_dp_mf.validation import LARGEST_STEP, check_epsilon, check_positive, check_size
 
 EPSILON_RANGE = (1e-6, 1e6)
 """The ε the search considers (a known horizon)."""
@@ -330,7 +330,7 @@ def _setting(
 ) -> _Setting:
     """The arguments checked, one error naming the flag."""
     horizon = None if horizon is None else check_size(horizon, name="--horizon")
-    step = check_size(step, name="--step")
+    step = check_size(step, name="--step", maximum=LARGEST_STEP)
     if horizon is not None and step > horizon:
         raise InvalidInputError(f"--step must be in 1 … {horizon} (--horizon), got {step}")
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:

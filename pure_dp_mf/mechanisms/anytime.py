@@ -61,7 +61,7 @@ from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.release.error_bars import ErrorBars, NoiseMoments
 from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.release.lattice import LatticeSource, Rates, noise_rate, sampler_rate
-from pure_dp_mf.validation import check_size, parse_json
+from pure_dp_mf.validation import check_size, exact_integers, parse_json
 
 SCHEMES_FILE = "anytime.json"
 FORMAT = "pure_dp_mf.anytime_schemes/1"
@@ -392,18 +392,22 @@ class SegmentedRelease:
             segment = self.schedule.segment(done)
             length = segment.length
             release = self._segment(done)
-            final = np.asarray(release.noise(length - 1, length), dtype=np.int64).reshape(-1)
+            final = exact_integers(np.asarray(release.noise(length - 1, length)).reshape(-1))
             last = release.moments(length - 1, length).at(0)
             if segment.theta is not None and segment.weight is not None:
                 rate = total_rate(epsilon=self.epsilon, theta=segment.theta, step_sensitivity=self.step_sensitivity)
                 totals = [_total_noise(total_generator(g, done), rate) for g in self.generators]
-                final = np.array(
-                    [combine_total(f, y, segment.weight) for f, y in zip(final.tolist(), totals, strict=True)], dtype=np.int64
+                final = exact_integers(
+                    np.array(
+                        [combine_total(int(f), y, segment.weight) for f, y in zip(final.tolist(), totals, strict=True)],
+                        dtype=object,
+                    )
                 )
                 weight = float(segment.weight)  # dyadic: exact
                 last = last.scaled(weight).plus(NoiseMoments.discrete_laplace(rate).scaled(1 - weight)).rounded()
             noise, moments = self._carried[-1]
-            self._carried.append((noise + final, moments.plus(last)))
+            total = exact_integers(noise.astype(object) + final.astype(object))  # int64 only when it provably fits
+            self._carried.append((total, moments.plus(last)))
         return self._carried[index]
 
     def noise(self, start: int, stop: int) -> np.ndarray:
@@ -415,8 +419,12 @@ class SegmentedRelease:
             end = min(stop, first + self.schedule.segment(index).length)
             carried, _ = self.carried(index)
             own = np.asarray(self._segment(index).noise(t - first, end - first)).reshape(end - t, -1)
+            if own.dtype == object or carried.dtype == object or np.abs(own).max(initial=0) >= 2**62:
+                own, carried = own.astype(object), carried.astype(object)  # exact: int64 sums could wrap
             parts.append(own + carried[None, :])
             t = end
+        if any(part.dtype == object for part in parts):
+            parts = [part.astype(object) for part in parts]
         return np.concatenate(parts) if parts else np.zeros((0, len(self.generators)), dtype=np.int64)
 
     @property

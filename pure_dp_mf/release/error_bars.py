@@ -63,19 +63,34 @@ class ErrorBars:
         counts = np.asarray(counts)
         shown = counts if shown is None else np.asarray(shown)
         steps = np.arange(first_step + 1, first_step + 1 + len(counts), dtype=object)
-        half = np.floor(self.half_width).astype(np.int64)
+        half = floor_half_widths(self.half_width)
         small = lambda values: values.dtype != object and np.abs(values).max(initial=0) < 2**61  # noqa: E731
-        if small(counts) and small(shown) and max_value * (first_step + len(counts)) < 2**61:
+        if small(counts) and small(shown) and small(half) and max_value * (first_step + len(counts)) < 2**61:
             lower = np.minimum(np.maximum(counts - half, 0), shown)
             upper = np.maximum(np.minimum(counts + half, max_value * steps.astype(np.int64)), shown)
             return lower.astype(np.int64), upper.astype(np.int64)
-        counts, shown = counts.astype(object), shown.astype(object)
-        half = half.astype(object)
+        counts, shown, half = counts.astype(object), shown.astype(object), half.astype(object)
         lower = np.array([min(max(c - h, 0), s) for c, h, s in zip(counts, half, shown, strict=True)], dtype=object)
         upper = np.array(
             [max(min(c + h, max_value * t), s) for c, h, t, s in zip(counts, half, steps, shown, strict=True)], dtype=object
         )
         return lower, upper
+
+
+def floor_half_widths(half_width: np.ndarray) -> np.ndarray:
+    """⌊h_t⌋ of every half-width, exactly: int64 when every h_t < 2^61 (the floor of a float below
+    2^61 is exact in int64, and sums of three such values stay inside int64), else Python integers
+    (the floor of a finite float is an exact integer at any magnitude). A half-width that is not
+    finite is refused: the interval would say nothing, and no integer holds it."""
+    half = np.asarray(half_width, dtype=np.float64)
+    if not np.all(np.isfinite(half)):
+        raise InvalidInputError(
+            "the guaranteed interval's half-width overflows float64 at this epsilon and --max-value; "
+            "choose a larger epsilon or a smaller --max-value"
+        )
+    if np.abs(half).max(initial=0.0) < 2.0**61:
+        return np.floor(half).astype(np.int64)
+    return np.array([math.floor(h) for h in half.tolist()], dtype=object).reshape(half.shape)
 
 
 @dataclass(frozen=True)
