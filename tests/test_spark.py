@@ -93,6 +93,37 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
     assert got == expected and len(got) == len(keys) * 40  # every key at every step of the schedule
 
 
+def test_spark_reads_a_key_with_white_space_around_it_as_the_local_engine_does(spark):
+    """One key normalisation (keyed.normalise_key) on every engine: " fr" and "fr\t" are "fr"."""
+    keys = ["de", "fr", "it"]
+    spaced = [
+        (user, {"fr": " fr", "de": "de\t", "it": "\u2003it"}.get(key, key), step, value) for user, key, step, value in _events()
+    ]
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, rng=NoiseGenerator.from_seed(3), max_value=2)
+    events = (KeyedEvent(key, step, value, None) for _, key, step, value in spaced)
+    expected = {
+        (key, step): int(c)
+        for step, counts, *_ in run_keyed(local, events, through=40)
+        for key, c in zip(keys, counts.tolist(), strict=True)
+    }
+    frame = spark.createDataFrame(pd.DataFrame(spaced, columns=["uid", "country", "day", "value"]))
+    released = private_running_counts(
+        frame,
+        keys=keys,
+        epsilon=1.0,
+        horizon=40,
+        through=40,
+        key_column="country",
+        step_column="day",
+        value_column="value",
+        base=BASE,
+        generator=NoiseGenerator.from_seed(3),
+        max_value=2,
+    ).toPandas()
+    got = {(r.key, int(r.step)): int(r["count"]) for _, r in released.iterrows()}
+    assert got == expected and len(got) == 3 * 40
+
+
 def test_spark_refuses_bad_input_of_listed_keys_only(spark):
     options = {"keys": ["de"], "epsilon": 1.0, "horizon": 40, "key_column": "country", "step_column": "day", "base": BASE}
     bad = [("u", "de", "1", "5"), ("u", "de", "1_0", "1"), ("u", "de", "x", "1"), ("u", "de", "2", "9" * 40)]

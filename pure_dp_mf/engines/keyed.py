@@ -50,7 +50,7 @@ import numbers
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -706,6 +706,8 @@ def run_keyed(
 
     current = None
     for number, event in enumerate(events, start=1):
+        if event.key not in counters.index and normalise_key(event.key) in counters.index:
+            event = replace(event, key=normalise_key(event.key))  # one spelling: the order of admission too
         if event.key not in counters.index or not 1 <= event.step <= through:
             counters.dropped_unknown += 1
             continue  # unseen: neither validated nor released

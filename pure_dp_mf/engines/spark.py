@@ -224,6 +224,11 @@ def _strict_long(column):
     return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").try_cast("decimal(38,0)").try_cast("long"))
 
 
+_KEY_SPACE = r"(?U)^[\s\x1c-\x1f]+|[\s\x1c-\x1f]+$"
+"""The white space around a key, as Python's ``str.strip`` sees it (``keyed.normalise_key``): Java's
+Unicode white space and the four separators U+001C–U+001F that Python counts too."""
+
+
 def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int | None):
     """(key, step, value[, user], position, shard) of the events of listed keys whose step is in
     [1, through] (≥ 1 when ``through`` is None: a stream without a horizon); the others are
@@ -232,7 +237,7 @@ def _scheduled(events, key_table, *, key_column, step_column, value_column, user
 
     value = _strict_long(F.col(value_column)) if value_column is not None else F.lit(1).cast("long")
     columns = [
-        F.col(key_column).cast("string").alias("key"),
+        F.regexp_replace(F.col(key_column).cast("string"), _KEY_SPACE, "").alias("key"),  # keyed.normalise_key
         _strict_long(F.col(step_column)).alias("step"),
         value.alias("value"),
     ]
