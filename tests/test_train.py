@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import subprocess
@@ -612,6 +613,7 @@ def test_cli_polish(tmp_path):
     assert made_by["steps_done"] == 12
     assert made_by["settings"]["adam_steps"] == 0 and made_by["settings"]["surrogate"] == "projected"
     assert made_by["settings"]["p_end"] == 4096 and made_by["settings"]["init_noise"] == 0
+    assert made_by["init_file_sha256"] == hashlib.sha256(Path(start).read_bytes()).hexdigest()
     assert Factorization.load(out).costs().max_se_constant <= Factorization.load(start).costs().max_se_constant
     for bad, message in (
         (["--polish", "5"], "--polish needs --init FILE"),

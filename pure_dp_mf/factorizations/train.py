@@ -78,7 +78,7 @@ from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
 from pure_dp_mf.certificates.exact import GRID_BITS, round_to_grid
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
 from pure_dp_mf.factorizations.costs import leading_constant
-from pure_dp_mf.factorizations.factorization import METRICS, Factorization
+from pure_dp_mf.factorizations.factorization import METRICS, Factorization, file_sha256
 from pure_dp_mf.factorizations.workloads import toeplitz_square_root
 from pure_dp_mf.reports import published
 from pure_dp_mf.validation import check_positive, check_size
@@ -738,6 +738,8 @@ def _train_result(*, run: _RunState, settings: TrainSettings, interrupted: bool,
             "encoder_grid": f"2^-{GRID_BITS}",
         },
     }
+    if settings.init_file is not None and Path(settings.init_file).is_file():  # which file was warm-started or polished
+        metadata["made_by"]["init_file_sha256"] = file_sha256(settings.init_file)
     factorization = factorization_from_encoder(run.best_R, metadata=metadata)
     costs = factorization.costs()
     metadata["costs"] = {
