@@ -722,24 +722,21 @@ def _train_result(*, run: _RunState, settings: TrainSettings, interrupted: bool,
     import torch
 
     k = settings.base_size
-    metadata = {
-        "metric": settings.metric,
-        "base_size": k,
-        "made_by": {
-            "tool": "pure_dp_mf.train",
-            "settings": settings.as_dict(),
-            "steps_done": run.step,
-            "steps_planned": settings.adam_steps + settings.lbfgs_steps,
-            "rejected_steps": run.rejections,
-            "finished": not interrupted,
-            "wall_time_seconds": round(run.elapsed, 3),
-            "library_version": pure_dp_mf.__version__,
-            "torch_version": torch.__version__,
-            "encoder_grid": f"2^-{GRID_BITS}",
-        },
+    made_by: dict[str, Any] = {
+        "tool": "pure_dp_mf.train",
+        "settings": settings.as_dict(),
+        "steps_done": run.step,
+        "steps_planned": settings.adam_steps + settings.lbfgs_steps,
+        "rejected_steps": run.rejections,
+        "finished": not interrupted,
+        "wall_time_seconds": round(run.elapsed, 3),
+        "library_version": pure_dp_mf.__version__,
+        "torch_version": torch.__version__,
+        "encoder_grid": f"2^-{GRID_BITS}",
     }
     if settings.init_file is not None and Path(settings.init_file).is_file():  # which file was warm-started or polished
-        metadata["made_by"]["init_file_sha256"] = file_sha256(settings.init_file)
+        made_by["init_file_sha256"] = file_sha256(settings.init_file)
+    metadata = {"metric": settings.metric, "base_size": k, "made_by": made_by}
     factorization = factorization_from_encoder(run.best_R, metadata=metadata)
     costs = factorization.costs()
     metadata["costs"] = {
