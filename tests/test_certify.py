@@ -499,3 +499,49 @@ def test_every_shipped_factorization_has_a_certificate(factorization):
         f"no certificate for {factorization.name}: run pure-dp-mf certify {factorization} --out {certificate}"
     )
     assert Certificate.read(certificate).factorization_path == factorization.resolve()
+
+
+# ---------------------------------------------------------------------------------------------
+# row-blocked exact products
+
+
+@pytest.mark.parametrize("metric", ["maxse", "meanse"])
+def test_row_blocked_certify_and_verify_give_identical_results(tmp_path, metric):
+    """Certifying and verifying a row block at a time proves the same exact bounds as the whole
+    matrix at once, for blocks of one row, blocks that do not divide k, and one block larger than k."""
+    from pure_dp_mf.certificates.certify import _verifier_decoder_bound
+
+    k = 23
+    factorization = save(tmp_path / f"k{k}.npz", perturbed_on_grid(k, seed=11), metric)
+    whole = certify_factorization(path=factorization, out=tmp_path / "whole.json")
+    R = Factorization.load(factorization).encoder
+    P = exact.grid_integers(R, grid_bits=32)
+    whole_verifier = _verifier_decoder_bound(R, P, g=32, metric=metric)
+    for row_block in (1, 5, k, 100):
+        blocked = certify_factorization(path=factorization, out=tmp_path / f"blocked{row_block}.json", row_block=row_block)
+        assert blocked.claims == whole.claims and blocked.certifier_record == whole.certifier_record
+        assert _verifier_decoder_bound(R, P, g=32, metric=metric, row_block=row_block) == whole_verifier
+        checks = verify_certificate(path=tmp_path / "whole.json", row_block=row_block).checks
+        assert checks == verify_certificate(path=tmp_path / "whole.json").checks
+
+
+def test_row_blocked_series_equals_the_whole_and_refuses_the_same(tmp_path):
+    """``exact.neumann_series`` by row blocks (integer array or fmpz decoder) equals the whole
+    assembly, first and second order, for both norms; a factorization far from T_k is refused
+    by the blocked certifier and verifier alike."""
+    k = 17
+    P = exact.grid_integers(perturbed_on_grid(k, seed=4), grid_bits=32)
+    M = exact.grid_integers(decoder_from_encoder(P * 2.0**-32), grid_bits=32, nearest=True)
+    for norm in ("rows", "frobenius"):
+        whole = exact.neumann_series(P, exact.integer_matrix(M), grid_bits=32, decoder_bits=32, norm=norm)
+        for decoder in (M, exact.integer_matrix(M)):
+            for row_block in (1, 4, 16):
+                assert exact.neumann_series(P, decoder, grid_bits=32, decoder_bits=32, norm=norm, row_block=row_block) == whole
+    encoder = perturbed_on_grid(6, seed=2)
+    source = save(tmp_path / "far.npz", encoder, "maxse", decoder=Factorization.from_encoder(encoder).decoder + 0.5)
+    with pytest.raises(CertificationError, match="does not converge"):
+        certify_factorization(path=source, row_block=2)
+    with pytest.raises(InvalidInputError, match="row_block must be at least 1"):
+        certify_factorization(path=source, row_block=0)
+    result = CliRunner().invoke(app, ["verify", str(tmp_path / "x.json"), "--row-block", "0"])
+    assert isinstance(result.exception, InvalidInputError) and "--row-block must be at least 1" in str(result.exception)

@@ -365,14 +365,17 @@ def _rounded_path(path: Path, grid_bits: int) -> Path:
     return path.with_name(f"{path.stem}_grid{grid_bits}.npz")
 
 
-def _certifier_decoder_bound(P: np.ndarray, M: np.ndarray, *, g: int, metric: str) -> dict[str, gmpy2.mpq]:
+def _certifier_decoder_bound(
+    P: np.ndarray, M: np.ndarray, *, g: int, metric: str, row_block: int | None = None
+) -> dict[str, gmpy2.mpq]:
     """Steps 3-8 of the module docstring: an upper bound of ‖T_k·R̃⁻¹‖ (R̃ = P·2^-g, L̃ = M·2^-g).
 
     G·2^2g = (M·P − 2^2g·T_k)·T_k⁻¹ = M·(P·T_k⁻¹) − 2^2g·I, and P·T_k⁻¹ is P with each column
     minus the next one: one integer product of small entries, no residual matrix formed.
+    ``row_block``: G and E₁ are formed that many rows at a time (``exact.neumann_series``).
     """
     series = exact.neumann_series(
-        P, exact.integer_matrix(M), grid_bits=g, decoder_bits=g, norm="rows" if metric == "maxse" else "frobenius"
+        P, M, grid_bits=g, decoder_bits=g, norm="rows" if metric == "maxse" else "frobenius", row_block=row_block
     )
     rho = series.rho
     if rho >= 1:
@@ -470,13 +473,13 @@ def _round_encoder(
 
 
 def _exact_bounds(
-    *, R_rounded: np.ndarray, approximate_decoder: np.ndarray, grid_bits: int, metric: str, k: int
+    *, R_rounded: np.ndarray, approximate_decoder: np.ndarray, grid_bits: int, metric: str, k: int, row_block: int | None = None
 ) -> tuple[dict[str, gmpy2.mpq], dict[str, gmpy2.mpq], dict[str, gmpy2.mpq]]:
     """(certifier record, claimed values, log₂ lower bounds): the exact part of the certificate."""
     P = exact.grid_integers(R_rounded, grid_bits=grid_bits, name="the rounded encoder")
     M = exact.grid_integers(approximate_decoder, grid_bits=grid_bits, nearest=True, name="the decoder")
     with exact.flint_threads():
-        record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric)
+        record = _certifier_decoder_bound(P, M, g=grid_bits, metric=metric, row_block=row_block)
     sensitivity = gmpy2.mpq(max(exact.column_abs_sums(P)), gmpy2.mpz(2) ** grid_bits)
     decoder_bound = exact.decimal_ceil(record["decoder_norm"], digits=DECIMAL_DIGITS, extra_units=1)
     if metric == "maxse":
@@ -516,6 +519,7 @@ def certify_factorization(
     decoder: str | os.PathLike | None = None,
     decoder_array: str | None = None,
     integer_grid_bits: int | None = None,
+    row_block: int | None = None,
 ) -> Certificate:
     """Certify the factorization in ``path`` (see the module docstring for the proof).
 
@@ -532,6 +536,8 @@ def certify_factorization(
         array, decoder, decoder_array, integer_grid_bits: how to read a published matrix
             (``Factorization.load``). With a published decoder L̃ the bound on L = T_k·R̃⁻¹ is taken
             through that L̃ (its Neumann-series correction), as the authors' own check does.
+        row_block: form the exact products that many rows at a time (all at once if None): the
+            same certificate, in less memory.
 
     Returns:
         The ``Certificate``: exact upper bounds on ‖R̃‖₁→₁, the decoder norm, c and the constants.
@@ -544,6 +550,8 @@ def certify_factorization(
     say = progress or (lambda message: None)
     start = time.perf_counter()
     grid_bits = check_size(grid_bits, name="grid_bits", minimum=1, maximum=_MAX_GRID_BITS)
+    if row_block is not None:
+        row_block = check_size(row_block, name="row_block", minimum=1)
     for name, target in (("--out", out), ("--rounded-out", rounded_out)):
         if target is not None:
             check_writable_file(target, name=name)
@@ -572,7 +580,7 @@ def certify_factorization(
 
     say(f"exact residual, series and norms (k = {k})")
     record, values, logs = _exact_bounds(
-        R_rounded=R_rounded, approximate_decoder=approximate_decoder, grid_bits=grid_bits, metric=metric, k=k
+        R_rounded=R_rounded, approximate_decoder=approximate_decoder, grid_bits=grid_bits, metric=metric, k=k, row_block=row_block
     )
     exact_seconds = time.perf_counter() - start - rounded_seconds - float_seconds
 
@@ -677,11 +685,16 @@ def _check_decimal(name: str, bound: Bound, *, lower: bool) -> None:
         )
 
 
-def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str) -> tuple[gmpy2.mpq, gmpy2.mpq, gmpy2.mpq]:
+def _verifier_decoder_bound(
+    R: np.ndarray, P: np.ndarray, *, g: int, metric: str, row_block: int | None = None
+) -> tuple[gmpy2.mpq, gmpy2.mpq, gmpy2.mpq]:
     """(A, B, c) with ‖T_k·R̃⁻¹‖ ≤ √A + c·√B, by the verifier's own approximation of L.
 
     Forms the residual Δ̃ = L̃R̃ − T_k itself, G = Δ̃·T_k⁻¹ by column differences of Δ̃ (for ρ),
     and E₁ = −Δ̃·(T_k⁻¹·L̃) (row differences of L̃), so no product uses the certifier's route.
+    ``row_block``: rows of Δ̃, G and E₁ are formed that many at a time (row i of each needs only
+    row i of L̃), ρ, A and B accumulated over the blocks: exact, so the same (A, B, c) for every
+    block size, in less memory.
     """
     n = P.shape[0]
     with np.errstate(all="ignore"):
@@ -692,30 +705,47 @@ def _verifier_decoder_bound(R: np.ndarray, P: np.ndarray, *, g: int, metric: str
     if not np.all(np.isfinite(approximate)):
         raise ClaimFailedError(_DECODER_CLAIM[metric], "the encoder is numerically singular")
     M = exact.grid_integers(approximate, grid_bits=g, nearest=True, name="the verifier's decoder")
+    del approximate
     scale = 1 << (2 * g)
-    M_exact = exact.integer_matrix(M)
-    product = M_exact * exact.integer_matrix(P)  # L̃R̃·2^2g; Δ̃·2^2g = product − 2^2g·T_k
-    product_rows = exact.rows_of(product)
-    # G = Δ̃·T_k⁻¹ by column differences; T_k·T_k⁻¹ = I, so the 2^2g·T_k part leaves −2^2g on the diagonal
-    G_rows = [[row[j] - row[j + 1] for j in range(n - 1)] + [row[n - 1]] for row in product_rows]
-    for i, row in enumerate(G_rows):
-        row[i] -= scale
+    P_exact = exact.integer_matrix(P)
+    W = M.copy()
+    W[1:] -= M[:-1]  # T_k⁻¹·M
+    W_exact = exact.integer_matrix(W)
+    del W
+    block = n if row_block is None else max(1, min(int(row_block), n))
+    G_max = G_squares = 0
+    A_terms: list[int] = []
+    B_terms: list[int] = []
+    for start in range(0, n, block):
+        M_block = exact.integer_matrix(M[start : start + block])
+        product = M_block * P_exact  # rows of L̃R̃·2^2g; Δ̃·2^2g = product − 2^2g·T_k
+        # G = Δ̃·T_k⁻¹ by column differences; T_k·T_k⁻¹ = I, so the 2^2g·T_k part leaves −2^2g on the diagonal
+        G_rows = [[row[j] - row[j + 1] for j in range(n - 1)] + [row[n - 1]] for row in exact.rows_of(product)]
+        for offset, row in enumerate(G_rows):
+            row[start + offset] -= scale
+        if metric == "maxse":
+            G_max = max(G_max, *exact.row_abs_sums(G_rows))
+        else:
+            G_squares += sum(exact.row_sums_of_squares(G_rows))
+        del G_rows
+        # E₁·2^3g = −Δ̃·T_k⁻¹·L̃·2^3g = 2^2g·T_k·W − product·W = 2^2g·M − product·W (T_k·W = M)
+        E1 = M_block * scale - product * W_exact
+        del product
+        A_terms.extend(exact.row_sums_of_squares(exact.rows_of(M_block * scale + E1)))
+        B_terms.extend(exact.row_sums_of_squares(exact.rows_of(E1)))
+        del E1, M_block
     if metric == "maxse":
-        rho = gmpy2.mpq(max(exact.row_abs_sums(G_rows)), scale)
+        rho = gmpy2.mpq(G_max, scale)
     else:
-        rho = exact.sqrt_upper(gmpy2.mpq(sum(exact.row_sums_of_squares(G_rows)), scale * scale))
+        rho = exact.sqrt_upper(gmpy2.mpq(G_squares, scale * scale))
     if rho >= 1:
         raise ClaimFailedError(
             _DECODER_CLAIM[metric], f"the verifier's Neumann series does not converge (‖G‖ ≥ {float(rho):.3g})"
         )
-    W = M.copy()
-    W[1:] -= M[:-1]  # T_k⁻¹·M
-    # E₁·2^3g = −Δ̃·T_k⁻¹·L̃·2^3g = 2^2g·T_k·W − product·W = 2^2g·M − product·W (T_k·W = M)
-    E1 = M_exact * scale - product * exact.integer_matrix(W)
     combine = max if metric == "maxse" else sum
     denominator = gmpy2.mpz(2) ** (6 * g)
-    A = gmpy2.mpq(combine(exact.row_sums_of_squares(exact.rows_of(M_exact * scale + E1))), denominator)
-    B = gmpy2.mpq(combine(exact.row_sums_of_squares(exact.rows_of(E1))), denominator)
+    A = gmpy2.mpq(combine(A_terms), denominator)
+    B = gmpy2.mpq(combine(B_terms), denominator)
     return A, B, rho / (1 - rho)
 
 
@@ -749,13 +779,17 @@ def _sum_of_roots_holds(D: gmpy2.mpq, A: gmpy2.mpq, B: gmpy2.mpq, c: gmpy2.mpq) 
     return u >= 0 and u * u >= 4 * D * D * c * c * B
 
 
-def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = None) -> VerificationResult:
+def verify_certificate(
+    *, path: str | os.PathLike, progress: Progress | None = None, row_block: int | None = None
+) -> VerificationResult:
     """Re-prove every claim of the certificate at ``path`` from its factorization file, by a route
     independent of the certifier's.
 
     Args:
         path: the certificate (JSON); the factorization file is found relative to it.
         progress: called with a short message at each stage.
+        row_block: form the exact products that many rows at a time (all at once if None): the
+            same checks, in less memory.
 
     Returns:
         A ``VerificationResult`` listing every check, if all claims hold.
@@ -766,6 +800,8 @@ def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = N
     """
     say = progress or (lambda message: None)
     start = time.perf_counter()
+    if row_block is not None:
+        row_block = check_size(row_block, name="row_block", minimum=1)
     certificate = Certificate.read(path)
     metric, k, g = certificate.metric, certificate.n, certificate.grid_bits
     say(f"checking {certificate.factorization_path}")
@@ -792,7 +828,7 @@ def verify_certificate(*, path: str | os.PathLike, progress: Progress | None = N
     say("exact residual, series and norms")
     D_name = _DECODER_CLAIM[metric]
     with exact.flint_threads():
-        A, B, c = _verifier_decoder_bound(R, P, g=g, metric=metric)
+        A, B, c = _verifier_decoder_bound(R, P, g=g, metric=metric, row_block=row_block)
     D = claims[D_name]
     proven = exact.sqrt_upper(A) + c * exact.sqrt_upper(B)
     record(D_name, _sum_of_roots_holds(D, A, B, c), proven, f"the verifier proves only ≤ {float(proven)!r}")

@@ -185,26 +185,70 @@ class NeumannSeries:
 
 
 def neumann_series(
-    P: np.ndarray, M_exact: flint.fmpz_mat, *, grid_bits: int, decoder_bits: int, norm: str = "rows", second_order: bool = True
+    P: np.ndarray,
+    M_exact: flint.fmpz_mat | np.ndarray,
+    *,
+    grid_bits: int,
+    decoder_bits: int,
+    norm: str = "rows",
+    second_order: bool = True,
+    row_block: int | None = None,
 ) -> NeumannSeries:
     """The Neumann-series terms for R̃ = P·2^-g and L̃ = M·2^-h (``NeumannSeries``), in integers:
     the one assembly of this bound, shared by the certifier, the claims checker and the exact
     release (the verifier keeps its own, independent route). ``norm`` "rows" bounds ‖G‖∞→∞
-    (row-wise bounds), "frobenius" ‖G‖₂ ≤ √(‖G‖∞→∞·‖G‖₁→₁)."""
+    (row-wise bounds), "frobenius" ‖G‖₂ ≤ √(‖G‖∞→∞·‖G‖₁→₁).
+
+    ``row_block``: form G, E₁ = −G·L̃ and L̃ + E₁ that many rows at a time (all at once if None).
+    Row i of G is M_i·(P·T_k⁻¹) − 2^(g+h)·e_i and row i of E₁ is −G_i·M, so a block of rows needs
+    only its own rows of M; the row sums, the column sums |G| (for ‖G‖₁→₁) and the squares are
+    accumulated block by block (M as an integer array makes the blocks cheap to cut). Every quantity is an exact integer, so the result is identical
+    for every block size; only the peak memory (a few block×k integer matrices besides P, M and
+    P·T_k⁻¹) and the speed change."""
     shift = grid_bits + decoder_bits
-    G = series_residual(P, M_exact, shift=shift)  # G·2^(g+h)
-    G_rows = rows_of(G)
+    M_array = M_exact if isinstance(M_exact, np.ndarray) else None
+    M_whole: flint.fmpz_mat = integer_matrix(M_exact) if isinstance(M_exact, np.ndarray) else M_exact
+    k = M_whole.nrows()
+    block = k if row_block is None else max(1, min(int(row_block), k))
+    Q = np.asarray(P).copy()
+    Q[:, :-1] -= np.asarray(P)[:, 1:]  # P·T_k⁻¹: each column minus the next
+    Q_exact = integer_matrix(Q)
+    del Q
+    row_sums: list[int] = []
+    column_sums = [0] * M_whole.ncols() if norm != "rows" else []
+    first: list[int] = []
+    second: list[int] | None = [] if second_order else None
+    for start in range(0, k, block):
+        stop = min(start + block, k)
+        if (start, stop) == (0, k):
+            M_block = M_whole
+        else:
+            M_block = integer_matrix(M_array[start:stop]) if M_array is not None else _row_slice(M_whole, start, stop)
+        G = M_block * Q_exact  # G·2^(g+h), rows start…stop−1, before the identity
+        for i in range(start, stop):
+            G[i - start, i] = G[i - start, i] - (1 << shift)
+        G_rows = rows_of(G)
+        row_sums.extend(row_abs_sums(G_rows))
+        if norm != "rows":
+            column_sums = [a + b for a, b in zip(column_sums, column_abs_sums(G_rows), strict=True)]
+        del G_rows
+        E1 = G * M_whole * -1  # E₁·2^(g+2h), the same rows
+        del G
+        first.extend(row_sums_of_squares(rows_of(E1)))
+        if second is not None:
+            second.extend(row_sums_of_squares(rows_of(M_block * (1 << shift) + E1)))  # (L̃ + E₁)·2^(g+2h)
+        del E1, M_block
     if norm == "rows":
-        rho = gmpy2.mpq(max(row_abs_sums(G_rows)), gmpy2.mpz(2) ** shift)
+        rho = gmpy2.mpq(max(row_sums), gmpy2.mpz(2) ** shift)
     else:
-        rho = sqrt_upper(gmpy2.mpq(max(row_abs_sums(G_rows)) * max(column_abs_sums(G_rows)), gmpy2.mpz(4) ** shift))
-    E1 = G * M_exact * -1  # E₁·2^(g+2h)
-    second = None
-    if second_order:
-        second = row_sums_of_squares(rows_of(M_exact * (1 << shift) + E1))  # (L̃ + E₁)·2^(g+2h)
-    return NeumannSeries(
-        rho=rho, first_squares=row_sums_of_squares(rows_of(E1)), second_squares=second, scale_bits=shift + decoder_bits
-    )
+        rho = sqrt_upper(gmpy2.mpq(max(row_sums) * max(column_sums), gmpy2.mpz(4) ** shift))
+    return NeumannSeries(rho=rho, first_squares=first, second_squares=second, scale_bits=shift + decoder_bits)
+
+
+def _row_slice(matrix: flint.fmpz_mat, start: int, stop: int) -> flint.fmpz_mat:
+    """Rows start…stop−1 of an ``fmpz_mat`` as a new one (exact copies of the entries)."""
+    columns = matrix.ncols()
+    return flint.fmpz_mat(stop - start, columns, [matrix[i, j] for i in range(start, stop) for j in range(columns)])
 
 
 def rows_of(matrix: flint.fmpz_mat) -> list[list]:

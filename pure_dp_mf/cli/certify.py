@@ -22,6 +22,12 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
 DEFAULT_MAX_BASE_SIZE = 256  # sympy_verify.DEFAULT_MAX_BASE_SIZE, without importing sympy for every command
+ROW_BLOCK_OPTION = typer.Option(
+    None,
+    "--row-block",
+    help="form the exact integer products this many rows at a time (default: all at once): the same result in less "
+    "memory, see docs/certificates.md",
+)
 
 
 @app.command("certify")
@@ -39,9 +45,12 @@ def certify_command(
     decoder: Path | None = DECODER_OPTION,
     decoder_array: str | None = DECODER_ARRAY_OPTION,
     integer_grid_bits: int | None = INTEGER_GRID_OPTION,
+    row_block: int | None = ROW_BLOCK_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the certificate as JSON instead of a table"),
 ) -> None:
     """Prove upper bounds on ‖R‖₁→₁, ‖L‖ (L = T_k·R⁻¹), c₂ or c_F and the leading constants, exactly."""
+    if row_block is not None:
+        row_block = check_size(row_block, name="--row-block", minimum=1)
     with console.status("certifying") as status:
         certificate = certify_factorization(
             path=file,
@@ -54,6 +63,7 @@ def certify_command(
             decoder=decoder,
             decoder_array=decoder_array,
             integer_grid_bits=integer_grid_bits,
+            row_block=row_block,
         )
     if as_json:
         print_json(json.loads(certificate.to_json(folder=out.resolve().parent)))
@@ -84,19 +94,24 @@ def verify_command(
     max_base_size: int = typer.Option(
         DEFAULT_MAX_BASE_SIZE, "--max-base-size", help="largest k the sympy engine verifies (about 4 minutes at 256)"
     ),
+    row_block: int | None = ROW_BLOCK_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
 ) -> None:
     """Re-prove every claim of a certificate from its factorization file; exit 0 only if all hold."""
     if engine not in ENGINES:
         raise InvalidInputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     max_base_size = check_size(max_base_size, name="--max-base-size", minimum=2)
+    if row_block is not None:
+        row_block = check_size(row_block, name="--row-block", minimum=1)
+        if engine == "sympy":
+            raise InvalidInputError("--row-block applies to the flint engine only")
     with console.status("verifying") as status:
         if engine == "sympy":
             from pure_dp_mf.certificates.sympy_verify import verify_with_sympy  # imports sympy: only for this engine
 
             result = verify_with_sympy(path=certificate, max_base_size=max_base_size, progress=status.update)
         else:
-            result = verify_certificate(path=certificate, progress=status.update)
+            result = verify_certificate(path=certificate, progress=status.update, row_block=row_block)
     if as_json:
         print_json(result.as_dict())
         return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import typer
@@ -11,8 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
-from pure_dp_mf.factorizations.train import TrainResult, TrainSettings, prepare_run, train_base_factorization
+from pure_dp_mf.factorizations.train import TrainResult, TrainSettings, polish_settings, prepare_run, train_base_factorization
 from pure_dp_mf.validation import check_size
 
 MAX_BASE_SIZE = 8192
@@ -54,6 +55,12 @@ _ADAM_PRECISION = typer.Option(
     "--adam-precision",
     help="float64 or float32: precision of the Adam phase's objective (L-BFGS is always float64)",
 )
+_POLISH = typer.Option(
+    None,
+    "--polish",
+    help="projected polish: this many projected-gradient steps at p = --p-end from --init FILE of the same k "
+    "(no Adam, no perturbation; --adam-steps, --lbfgs-steps, --surrogate, --init-noise, --p-start not used)",
+)
 _CHECKPOINT = typer.Option(None, "--checkpoint", help="checkpoint file (default: OUT with suffix .ckpt)")
 _CHECKPOINT_EVERY = typer.Option(1000, "--checkpoint-every", help="steps between checkpoints")
 _RESUME = typer.Option(None, "--resume", help="continue from this checkpoint (same k, metric, inner size)")
@@ -80,6 +87,7 @@ def train(
     init_noise: float = _INIT_NOISE,
     surrogate: str = _SURROGATE,
     adam_precision: str = _ADAM_PRECISION,
+    polish: int = _POLISH,
     checkpoint: Path = _CHECKPOINT,
     checkpoint_every: int = _CHECKPOINT_EVERY,
     resume: Path = _RESUME,
@@ -114,6 +122,8 @@ def train(
         checkpoint_every=checkpoint_every,
         adam_precision=adam_precision,
     )
+    if polish is not None:
+        settings = _polish(settings=settings, steps=polish)
     checkpoint = _prepare(settings=settings, out=out, checkpoint=checkpoint, resume=resume)
     result = _train_with_progress(
         settings=settings, out=out, checkpoint=checkpoint, resume=resume, threads=threads, disable=not progress or as_json
@@ -128,6 +138,28 @@ def _check_sizes(*, base_size: int, inner_size: int | None, threads: int | None)
         check_size(inner_size, name="--inner-size", minimum=1, maximum=MAX_ENTRIES // base_size)
     if threads is not None:
         check_size(threads, name="--threads", maximum=MAX_THREADS)
+
+
+def _polish(*, settings: TrainSettings, steps: int) -> TrainSettings:
+    """The ``--polish STEPS`` run: ``polish_settings`` from --init FILE, which must factorize T_k itself."""
+    check_size(steps, name="--polish", minimum=1)
+    if settings.init_file is None:
+        raise InvalidInputError("--polish needs --init FILE, a trained factorization of the same --base-size")
+    source = Factorization.load(settings.init_file)
+    if source.n != settings.base_size:
+        raise InvalidInputError(
+            f"--polish needs --init FILE of the same --base-size: {settings.init_file} factorizes T_{source.n}, "
+            f"--base-size is {settings.base_size}"
+        )
+    polished = polish_settings(
+        base_size=settings.base_size,
+        metric=settings.metric,
+        init_file=settings.init_file,
+        steps=steps,
+        p=settings.p_end,
+        checkpoint_every=settings.checkpoint_every,
+    )
+    return replace(polished, inner_size=settings.inner_size, seed=settings.seed, device=settings.device)
 
 
 def _prepare(*, settings: TrainSettings, out: Path, checkpoint: Path | None, resume: Path | None) -> Path:
