@@ -39,6 +39,7 @@ import math
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -356,3 +357,18 @@ class PendingCharge:
 
     def now(self) -> None:
         charge(budget=self.budget, epsilon=self.epsilon, lineage=self.lineage, what=self.what, registry=self.registry)
+
+
+def charge_with_release(counter) -> Callable[[sqlite3.Connection], None] | None:
+    """The pending charge of ``counter`` (a ``ContinualCounter`` or ``KeyedCounters``) at its
+    next release: made now and cleared for a counter without a state; for one with a state,
+    returned as the journal commit's ``also``, so that the charge and the step commit in one
+    transaction (``PendingCharge``); None when nothing is pending."""
+    pending = counter.pending_charge
+    if pending is None:
+        return None
+    if counter.journal is not None:
+        return pending.in_transaction
+    pending.now()
+    counter.pending_charge = None
+    return None

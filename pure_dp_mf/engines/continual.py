@@ -32,6 +32,7 @@ import numpy as np
 
 import pure_dp_mf
 from pure_dp_mf.engines import ledger, registry
+from pure_dp_mf.engines.budget import charge_with_release
 from pure_dp_mf.engines.journal import Journal, StateFileError, storage_error
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -358,13 +359,7 @@ class ContinualCounter(_CounterState):
         guard = ledger.guard_for(self, self.publication_spec)
         if guard is not None:
             guard.check(first=first, inputs=inputs())
-        if self.pending_charge is None:
-            return None
-        if self.journal is not None:
-            return self.pending_charge.in_transaction
-        self.pending_charge.now()
-        self.pending_charge = None
-        return None
+        return charge_with_release(self)
 
     def update(self, value) -> int | np.ndarray:
         """Release the next step; returns an int (d = 1) or an int64 vector (d > 1)."""

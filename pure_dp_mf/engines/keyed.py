@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines import ledger
+from pure_dp_mf.engines.budget import charge_with_release
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
@@ -379,13 +380,7 @@ class KeyedCounters(_KeyedState):
         guard = ledger.guard_for(self, self.publication_spec)
         if guard is not None:
             guard.check(first=first, inputs=[np.asarray(row, dtype="<i8").tobytes() for row in increments])
-        if self.pending_charge is None:
-            return None
-        if self.journal is not None:
-            return self.pending_charge.in_transaction
-        self.pending_charge.now()
-        self.pending_charge = None
-        return None
+        return charge_with_release(self)
 
     def _bounds(self, *, max_keys: int | None, max_per_key: int | None, anytime: bool) -> tuple[int, Fraction | None]:
         """The contribution bounds of the privacy unit (``self.bounder``) and the noise's
