@@ -469,6 +469,6 @@ def test_cli_lift_json_table_out_and_plot(tmp_path):
     assert saved.costs().mean_se == pytest.approx(tuned.costs.mean_se, rel=1e-12)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     failed = run_cli("lift", str(path), "--n", "0")
-    assert failed.returncode == 2 and failed.stderr.startswith("error: n must be at least 1")
+    assert failed.returncode == 2 and failed.stderr.startswith("error: --n must be at least 1")
     missing = runner.invoke(app, ["lift", str(tmp_path / "missing.npz"), "--n", "10"])
     assert isinstance(missing.exception, FactorizationFileError) and "no such file" in str(missing.exception)

@@ -476,7 +476,7 @@ def _migrate(path: Path, connection: sqlite3.Connection, header: dict) -> dict:
     not) to ``FORMAT``, in one transaction: a digest column for the progress record and the
     released rows, each record's digest computed from the record as it is now, and the header's
     format. The older format could not tell a corrupted record from a sound one, so the migration
-    cannot either: it authenticates the records from now on (docs/privacy.md, "The journal")."""
+    cannot either: it authenticates the records from now on (docs/privacy.md, "The system around the release")."""
     lineage = str(header["lineage"])
     try:
         with _transaction(connection, path):
