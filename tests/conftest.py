@@ -26,8 +26,11 @@ os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(os.environ["PURE_DP_MF_TEST_REG
 SAFETY_LIMIT = 900
 
 
-def run_cli(*arguments: str, input_text: str | None = None, timeout: float = SAFETY_LIMIT) -> subprocess.CompletedProcess:
-    """Run ``pure-dp-mf`` through its real entry point (``main``), as a user would."""
+def run_cli(
+    *arguments: str, input_text: str | None = None, timeout: float = SAFETY_LIMIT, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``pure-dp-mf`` through its real entry point (``main``), as a user would; ``env`` is
+    laid over this process's environment."""
     return subprocess.run(
         [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
         input=input_text,
@@ -35,6 +38,7 @@ def run_cli(*arguments: str, input_text: str | None = None, timeout: float = SAF
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

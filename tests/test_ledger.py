@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import SAFETY_LIMIT
+from conftest import SAFETY_LIMIT, run_cli
 
 from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.ledger import Ledger, LedgerError, Publication, step_digest
@@ -260,15 +260,7 @@ def test_two_users_sharing_one_ledger_cannot_reuse_a_key_file_or_a_record(ledger
 
 
 def cli(*arguments: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_LIMIT,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-    )
+    return run_cli(*arguments, input_text=stdin, env=env or {})
 
 
 def one_error(done: subprocess.CompletedProcess, *needles: str) -> str:
