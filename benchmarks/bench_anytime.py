@@ -44,9 +44,9 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 
 from pure_dp_mf.engines.continual import ContinualCounter  # noqa: E402
+from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.mechanisms import anytime, planner  # noqa: E402
 from pure_dp_mf.mechanisms.lift import levels_for  # noqa: E402
-from pure_dp_mf.release.generator import NoiseGenerator  # noqa: E402
 
 LOW = 1000
 

@@ -70,8 +70,8 @@ def kept_per_step(active: np.ndarray, bound: int) -> np.ndarray:
 
 def measure(active: np.ndarray, *, unit: str, bound: int, runs: int, epsilon: float, seed: int) -> dict:
     """std (engine), kept share per quarter, bias and RMS of the releases at ``STEPS`` for one unit and bound."""
+    from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.engines.keyed import KeyedCounters, run_keyed
-    from pure_dp_mf.release.generator import NoiseGenerator
 
     days = active.shape[1]
     steps = np.array([step for step in STEPS if step <= days]) - 1

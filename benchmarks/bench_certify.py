@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.certificates.certify import certify_factorization, verify_certificate
 from pure_dp_mf.factorizations.factorization import Factorization, decoder_from_encoder
 from pure_dp_mf.factorizations.workloads import toeplitz_square_root

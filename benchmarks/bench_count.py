@@ -79,10 +79,10 @@ def library_rates(base: Path, n: int, repeats: int) -> tuple[float, float]:
     import numpy as np
 
     from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.engines.generator import GeneratorSource, NoiseGenerator, round_to_integers
     from pure_dp_mf.factorizations.factorization import Factorization
     from pure_dp_mf.mechanisms.lifted import LiftedDecoder
     from pure_dp_mf.mechanisms.mechanism import lifted
-    from pure_dp_mf.release.generator import GeneratorSource, NoiseGenerator, round_to_integers
 
     x = (np.random.default_rng(0).random(n) < 0.3).astype(np.int64)
     mechanism = lifted(base=base, horizon=n)  # set-up, not timed: the exact decoder, the lift plan

@@ -10,7 +10,7 @@ minute each on a 2-core machine).
 * Sampler: one page of exact discrete Laplace noise per key, every key in lockstep
   (``discrete_laplace_blocks``) against one key at a time (``discrete_laplace_block``), the same
   values (checked), side by side, median of 3.
-* Throughput: ``KeyedCounters`` (default mechanism: the lifted base ``planner.mechanism_for``
+* Throughput: ``KeyedCounters`` (default mechanism: the lifted base ``resolve.mechanism_for``
   ranks best for the horizon, or ``--base``) releasing every key at every step (exact lattice
   path, seeded generator), key-steps per second of the release loop (median of ``--repeats``),
   and the process's peak memory. With ``--per-key`` the same run with every key's noise pages
@@ -62,10 +62,10 @@ import time
 
 import numpy as np
 
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters
 from pure_dp_mf.mechanisms import planner
 from pure_dp_mf.release import lattice
-from pure_dp_mf.release.generator import NoiseGenerator
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 QUICK = {
@@ -184,7 +184,7 @@ SPARK_API_CHILD = r"""
 import os, sys, time, warnings
 warnings.simplefilter("ignore")
 from pure_dp_mf.engines.spark import local_session, private_running_counts
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.engines.generator import NoiseGenerator
 events, keys_file, steps, output = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 keys = open(keys_file, encoding="utf-8").read().split()
 spark = local_session("bench_keyed")
@@ -432,7 +432,7 @@ from threadpoolctl import threadpool_limits
 threadpool_limits(limits=1)
 import numpy as np
 from pure_dp_mf.engines.keyed import KeyedCounters
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.engines.generator import NoiseGenerator
 keys, steps = int(sys.argv[1]), int(sys.argv[2])
 counters = KeyedCounters(keys=[f"key{i}" for i in range(keys)], epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(0))
 zeros = np.zeros(keys, dtype=np.int64)

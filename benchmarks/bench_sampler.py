@@ -69,7 +69,7 @@ elif row == "keys":
     print(json.dumps({"rate": pages * keys * count / elapsed, "digest": digest.hexdigest()}))
 else:
     from pure_dp_mf.engines.continual import ContinualCounter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     x = (np.random.default_rng(0).random(n) < 0.3).astype(np.int64)
     counter = ContinualCounter(epsilon=1.0, mechanism=mechanism, rng=NoiseGenerator.from_seed(7))
     released = []

@@ -144,8 +144,8 @@ def worker(arguments: argparse.Namespace) -> dict:
     import numpy as np
 
     from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.mechanisms import mechanism as mechanisms
-    from pure_dp_mf.release.generator import NoiseGenerator
 
     n = arguments.worker
     base, _ = load_base(arguments.base)

@@ -18,12 +18,13 @@ from conftest import run_cli
 from pure_dp_mf import resources
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import anytime
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.anytime import AnytimeMechanism, Schedule, Segment
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.release import segmented
 from pure_dp_mf.release.lattice import round_half_up
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
@@ -125,7 +126,7 @@ def test_two_release_release_combines_each_segments_counter_and_total():
                 carried += int(counts[-1])
             else:
                 rate = Fraction(epsilon) * segment.theta
-                Z = anytime._total_noise(rng.child(f"anytime total {index}"), rate)
+                Z = segmented.total_noise(rng.child(f"anytime total {index}"), rate)
                 total = int(x[start:stop].sum()) + Z
                 carried += round_half_up(segment.weight * int(counts[-1]) + (1 - segment.weight) * total)
         start, index = stop, index + 1
@@ -284,7 +285,7 @@ def test_tiny_anytime_instance_is_exactly_epsilon_dp(tmp_path):
     g = counter.mechanism.segment_mechanism(0).atoms.grid_bits
     own = []
     for index in range(3):
-        generator = anytime.segment_generator(rng, index, schedule)
+        generator = segmented.segment_generator(rng, index, schedule)
         single = ContinualCounter(epsilon=float(epsilon), mechanism=mechanisms.lifted(base=path, horizon=1), rng=generator)
         Y = single.lattice_sources[0].integers(0, 1, 1)[0]
         own.append(round_half_up(Fraction(4, 3) * Fraction(Y, 2**g)))
@@ -367,17 +368,17 @@ def test_tiny_two_release_segment_is_exactly_epsilon_dp(tmp_path):
     g = counter.mechanism.segment_mechanism(0).atoms.grid_bits
 
     def own(index: int, share: Fraction) -> int:
-        generator = anytime.segment_generator(rng, index, schedule)
+        generator = segmented.segment_generator(rng, index, schedule)
         single = ContinualCounter(
             epsilon=float(epsilon * share), mechanism=mechanisms.lifted(base=path, horizon=1), rng=generator
         )
         return round_half_up(Fraction(4, 3) * Fraction(single.lattice_sources[0].integers(0, 1, 1)[0], 2**g))
 
     nu0, nu1 = own(0, 1 - theta), own(1, Fraction(1))
-    Z = anytime._total_noise(
-        anytime.total_generator(rng, 0), anytime.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1)
+    Z = segmented.total_noise(
+        segmented.total_generator(rng, 0), segmented.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1)
     )
-    assert anytime.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1) == theta * epsilon
+    assert segmented.total_rate(epsilon=epsilon, theta=theta, step_sensitivity=1) == theta * epsilon
     assert noise == [nu0, round_half_up(weight * nu0 + (1 - weight) * Z) + nu1]
 
     flint.ctx.prec = 200
@@ -473,7 +474,7 @@ def test_keyed_anytime_noise_is_each_segments_own_and_carried(tmp_path):
         carried, expected = 0, []
         for index in range(4):
             first, length = SMALL.first(index), SMALL.segment(index).length
-            own = anytime.segment_generator(rng.child(key), index, SMALL)
+            own = segmented.segment_generator(rng.child(key), index, SMALL)
             release = mechanism.segment_mechanism(index).release(generators=[own], epsilon=1.0, page_size=KEYED_PAGE)
             noise = np.asarray(release.noise(0, length)).reshape(-1)
             expected += [carried + v for v in noise[: max(0, min(length, steps - first))]]

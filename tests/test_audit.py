@@ -17,8 +17,9 @@ import pytest
 import scipy.stats
 from conftest import SAFETY_LIMIT
 
+from pure_dp_mf.engines.generator import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.mechanisms import trees
-from pure_dp_mf.release.audit import (
+from pure_dp_mf.reports.audit import (
     AuditError,
     AuditTarget,
     Pair,
@@ -28,7 +29,6 @@ from pure_dp_mf.release.audit import (
     default_pairs,
     pair_loss,
 )
-from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 
 ROOT = Path(__file__).resolve().parents[1]

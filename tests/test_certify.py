@@ -15,7 +15,7 @@ from conftest import run_cli
 from fraction_certifier import fraction_decoder_bound
 from typer.testing import CliRunner
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.certificates.certify import (
     EXACT_LIFT_CLAIM,
     Certificate,

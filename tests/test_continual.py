@@ -20,6 +20,7 @@ from conftest import ROOT, SAFETY_LIMIT, dyadic_binary_tree, run_cli
 
 from pure_dp_mf.engines.continual import ContinualCounter, float_upper
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import GeneratorSource, NoiseGenerator
 from pure_dp_mf.engines.journal import StateFileError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import max_column_abs_sum_exact
@@ -27,7 +28,6 @@ from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.lift import as_exact, explicit_lift, lift_plan
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder
-from pure_dp_mf.release.generator import GeneratorSource, NoiseGenerator
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 

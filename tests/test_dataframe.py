@@ -14,9 +14,9 @@ import pytest
 import pure_dp_mf
 from pure_dp_mf.engines import keyed
 from pure_dp_mf.engines.dataframe import private_running_counts
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 

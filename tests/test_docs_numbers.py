@@ -13,9 +13,9 @@ from fractions import Fraction
 import pytest
 from conftest import ROOT
 
+from pure_dp_mf import published
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import lift_plan
-from pure_dp_mf.reports import published
 from pure_dp_mf.reports import reproduce as reproduce_module
 from pure_dp_mf.reports.figures import format_upper_bound, round_up
 

@@ -12,9 +12,9 @@ import pytest
 from conftest import run_cli
 
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.release.error_bars import dlap_variance
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")

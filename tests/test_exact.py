@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.errors import InvalidInputError
 
 

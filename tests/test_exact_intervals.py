@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.error_bars import ErrorBars, floor_half_widths
-from pure_dp_mf.release.generator import NoiseGenerator
 
 magnitudes = st.integers(min_value=0, max_value=140).flatmap(lambda bits: st.integers(-(2**bits), 2**bits))
 

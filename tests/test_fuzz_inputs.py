@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 from pure_dp_mf.certificates.certify import Certificate, verify_certificate
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.journal import Journal
 from pure_dp_mf.errors import PureDPMFError
 from pure_dp_mf.factorizations.factorization import FORMAT, Factorization, array_sha256
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import SAFETY_LIMIT, run_cli
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.certificates.certify import Certificate
 from pure_dp_mf.certificates.claims import read_claims
 from pure_dp_mf.errors import PureDPMFError

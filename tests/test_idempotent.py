@@ -21,8 +21,8 @@ from conftest import SAFETY_LIMIT, run_main  # noqa: E402
 
 from pure_dp_mf.engines.budget import Budget, BudgetError
 from pure_dp_mf.engines.counter import Counter, Release
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.release.generator import NoiseGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZON, M = 32, 3
@@ -195,7 +195,7 @@ CRASH = textwrap.dedent(
     """
     import os, signal, sys
     from pure_dp_mf import Counter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     values = [int(v) for v in sys.argv[3].split(",")]
     counter = Counter(epsilon=1.0, horizon={horizon}, max_value={m}, state=sys.argv[1], rng=NoiseGenerator.from_seed(7))
     counter.extend(values[:5])          # day 1

@@ -9,8 +9,8 @@ import pytest
 from conftest import one_error_line, run_main
 
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 
 
 def test_through_on_a_plain_count_is_refused():

@@ -19,11 +19,11 @@ import pytest
 from conftest import ROOT, SAFETY_LIMIT
 
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.journal import Journal, StateFileError, decode_rows, encode_rows
 from pure_dp_mf.engines.keyed import KeyedCounters
 from pure_dp_mf.engines.registry import RegistryError, registry_path
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
 
 BASE = BASE_FOLDER / "k008_maxse.npz"
@@ -68,7 +68,7 @@ def test_a_killed_holder_releases_the_lock_with_its_process(tmp_path):
             textwrap.dedent(f"""
             import sys, time
             from pure_dp_mf.engines.continual import ContinualCounter
-            from pure_dp_mf.release.generator import NoiseGenerator
+            from pure_dp_mf.engines.generator import NoiseGenerator
             counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, rng=NoiseGenerator.secure())
             counter.save_state({str(path)!r})
             counter.counts([1, 1])
@@ -172,7 +172,7 @@ def test_one_generator_feeds_one_counter_across_processes(tmp_path):
     record = rng.to_record()
     other = _run(f"""
         from pure_dp_mf.engines.continual import ContinualCounter
-        from pure_dp_mf.release.generator import NoiseGenerator
+        from pure_dp_mf.engines.generator import NoiseGenerator
         rng = NoiseGenerator.from_record({record!r})
         counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, rng=rng)
         counter.save_state({str(tmp_path / "second.db")!r})
@@ -190,7 +190,7 @@ def test_a_key_file_is_bound_to_its_first_query(tmp_path):
     with pytest.raises(InvalidInputError, match="bound to the query .*checkpoint-a"):
         NoiseGenerator.from_key_file(key_file, query=tmp_path / "checkpoint-b")
     other = _run(f"""
-        from pure_dp_mf.release.generator import NoiseGenerator
+        from pure_dp_mf.engines.generator import NoiseGenerator
         NoiseGenerator.from_key_file({str(key_file)!r}, query="another process, another query")
         """)
     assert other.returncode != 0 and "bound to the query" in other.stderr

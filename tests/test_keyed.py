@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.journal import StateFileError
 from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
 from pure_dp_mf.engines.registry import RegistryError
@@ -21,7 +22,6 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import LiftedFamily, explicit_lift, lift_plan
 from pure_dp_mf.mechanisms.trees import tree_factorization
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
 
 BASE = BASE_FOLDER / "k004_maxse.npz"

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator, laplace_from_words
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import explicit_lift
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder
 from pure_dp_mf.mechanisms.streaming import ArraySource
 from pure_dp_mf.release import discrete_laplace as dl
-from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words
 from pure_dp_mf.release.lattice import (
     PAGE,
     ExactDecoder,

@@ -115,7 +115,7 @@ def test_two_processes_recording_different_inputs_for_one_step_one_wins(ledger_u
 _KEY_FILE_RUN = """
 import sys
 from pure_dp_mf import Counter
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.engines.generator import NoiseGenerator
 generator = NoiseGenerator.from_key_file(sys.argv[1], query=sys.argv[2])
 counter = Counter(epsilon=1.0, horizon=8, rng=generator)
 print([release.count for release in counter.extend([int(v) for v in sys.argv[3]])])
@@ -147,7 +147,7 @@ def test_a_batch_job_run_again_on_corrected_data_with_its_key_file_is_refused(le
     assert "make a new publication" in corrected.stderr
     fixed = key_file_run(tmp_path / "daily-fixed.key", "daily-job-fixed", "1001")  # a correction: a new publication
     assert fixed.returncode == 0, fixed.stderr
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
 
     NoiseGenerator.from_key_file(tmp_path / "daily-2.key", query="daily-job-2", corrects="daily-job")
     assert ledger.open_ledger().publication("daily-job-2")["corrects"] == "daily-job"  # linked to what it corrects
@@ -161,13 +161,13 @@ def test_a_checkpoint_restarted_with_another_key_file_is_refused(ledger_url, tmp
 
 
 def test_a_generator_record_sent_to_two_processes_cannot_count_two_inputs(ledger_url, tmp_path):
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
 
     record = json.dumps(NoiseGenerator.secure().to_record())
     script = f"""
     import json, sys
     from pure_dp_mf.engines.continual import ContinualCounter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_record(json.loads({record!r})))
     print(counter.counts([int(v) for v in sys.argv[1]]).tolist())
     """
@@ -181,8 +181,8 @@ def test_a_generator_record_sent_to_two_processes_cannot_count_two_inputs(ledger
 def test_keyed_counters_on_one_lineage_twice_cannot_count_two_inputs(ledger_url):
     import numpy as np
 
+    from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.engines.keyed import KeyedCounters
-    from pure_dp_mf.release.generator import NoiseGenerator
 
     rng = NoiseGenerator.secure()
     options = {"keys": ["de", "fr"], "epsilon": 1.0, "horizon": 4, "rng": rng, "_lineage": "L1"}
@@ -202,7 +202,7 @@ def test_keyed_counters_and_the_dataframe_function_on_one_key_file(ledger_url, t
     import sys
     import pandas as pd
     from pure_dp_mf.engines.dataframe import private_running_counts
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     generator = NoiseGenerator.from_key_file(sys.argv[1], query="weekly")
     days = [int(v) for v in sys.argv[2].split(",")]
     frame = pd.DataFrame({"key": ["de"] * len(days), "step": days})
@@ -224,7 +224,7 @@ def test_keyed_counters_and_the_dataframe_function_on_one_key_file(ledger_url, t
 def _seeded():
     import warnings
 
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -248,7 +248,7 @@ def test_two_users_sharing_one_ledger_cannot_reuse_a_key_file_or_a_record(ledger
     script = f"""
     import json
     from pure_dp_mf.engines.continual import ContinualCounter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     rng = NoiseGenerator.from_record(json.loads({json.dumps(record)!r}))
     print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 1]).tolist())
     """
@@ -375,7 +375,7 @@ def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledg
     """The counter released 3 steps before its key left the process: their inputs were never
     recorded, so no process releases them again under that key."""
     from pure_dp_mf.engines.continual import ContinualCounter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
 
     rng = NoiseGenerator.secure()
     counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng)
@@ -384,7 +384,7 @@ def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledg
     script = f"""
     import json
     from pure_dp_mf.engines.continual import ContinualCounter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
     rng = NoiseGenerator.from_record(json.loads({record!r}))
     print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 0]).tolist())
     """

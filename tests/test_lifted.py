@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from conftest import dyadic_binary_tree
 
+from pure_dp_mf.engines.generator import GeneratorSource, NoiseGenerator
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms.lift import explicit_lift, lift_plan
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder, noise, noise_reversed
 from pure_dp_mf.mechanisms.streaming import ArraySource
-from pure_dp_mf.release.generator import GeneratorSource, NoiseGenerator
 
 
 def _grid_base(k: int, seed: int) -> Factorization:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from pure_dp_mf.engines.generator import NoiseGenerator, laplace_from_words, round_to_integers
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator, laplace_from_words, round_to_integers
 
 
 def test_words_follow_the_documented_derivation():

@@ -12,9 +12,9 @@ import pytest
 dp = pytest.importorskip("opendp.prelude")
 
 from pure_dp_mf import Counter  # noqa: E402
+from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.errors import InvalidInputError  # noqa: E402
 from pure_dp_mf.interop.opendp import epsilon_for_distance, make_private_running_counts  # noqa: E402
-from pure_dp_mf.release.generator import NoiseGenerator  # noqa: E402
 
 
 def test_the_map_is_epsilon_per_m_of_l1_distance_rounded_up():

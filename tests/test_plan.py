@@ -1,4 +1,4 @@
-"""Accuracy planning (``mechanisms.accuracy``, ``pure-dp-mf plan``): the planned ε meets its target
+"""Accuracy planning (``engines.accuracy``, ``pure-dp-mf plan``): the planned ε meets its target
 in the counter that then runs, a slightly smaller ε does not, and every planned number is the
 one ``Counter`` or the keyed engine reports for that step."""
 
@@ -12,11 +12,11 @@ import pytest
 from test_fuzz_inputs import run_cli
 
 from pure_dp_mf import Counter
+from pure_dp_mf.engines.accuracy import accuracy, plan, plan_epsilon
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters, user_sensitivity
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms import planner
-from pure_dp_mf.mechanisms.accuracy import accuracy, plan, plan_epsilon
-from pure_dp_mf.release.generator import NoiseGenerator
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 

@@ -17,7 +17,7 @@ from conftest import ROOT, SAFETY_LIMIT
 
 from pure_dp_mf.certificates.profiles import write_profiles
 from pure_dp_mf.factorizations.factorization import Factorization
-from pure_dp_mf.mechanisms import planner
+from pure_dp_mf.mechanisms import planner, resolve
 from pure_dp_mf.mechanisms.lift import lift_plan
 from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
 
@@ -60,7 +60,7 @@ def test_profiles_plan_what_the_matrices_plan(n):
 @pytest.mark.parametrize("n", [3, 100, 3000])
 def test_a_chosen_mechanism_has_the_exact_sensitivity_of_its_lift(n):
     row = planner.choose(horizon=n, metric="maxse", mechanism="lifted")
-    mechanism = planner.build(row, horizon=n)
+    mechanism = resolve.build(row, horizon=n)
     plan = lift_plan(base=Factorization.load(row.base_file), n=n, metric=row.metric)
     assert mechanism.sensitivity == plan.sensitivity_exact and mechanism.record["certificate"] is not None
     assert mechanism.expected["max_se"] == pytest.approx(row.max_se, rel=1e-12)

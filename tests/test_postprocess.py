@@ -14,8 +14,8 @@ from conftest import run_cli
 
 from pure_dp_mf import Counter
 from pure_dp_mf.engines.continual import ContinualCounter, StateFileError
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.release.postprocess import MonotoneFit
 from pure_dp_mf.resources import BASE_FOLDER
 

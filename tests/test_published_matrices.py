@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.certificates.certify import Certificate, certify_factorization, verify_certificate
 from pure_dp_mf.certificates.claims import QUANTITIES, check_claims, proven_ranges
 from pure_dp_mf.errors import InvalidInputError

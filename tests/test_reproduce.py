@@ -14,11 +14,11 @@ import pytest
 from conftest import ROOT, run_cli
 from typer.testing import CliRunner
 
+from pure_dp_mf import published
 from pure_dp_mf.cli import all_commands
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import lift, trees
 from pure_dp_mf.reports import figures as reports
-from pure_dp_mf.reports import published
 from pure_dp_mf.reports import reproduce as reproduce_module
 from pure_dp_mf.resources import BASE_FOLDER as BASES
 from pure_dp_mf.resources import CERTIFICATE_FOLDER as CERTIFICATES

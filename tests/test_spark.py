@@ -14,10 +14,10 @@ pd = pytest.importorskip("pandas")
 
 from conftest import SAFETY_LIMIT  # noqa: E402
 
+from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed  # noqa: E402
 from pure_dp_mf.engines.spark import private_running_counts  # noqa: E402
 from pure_dp_mf.errors import InvalidInputError  # noqa: E402
-from pure_dp_mf.release.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.resources import BASE_FOLDER  # noqa: E402
 
 BASE = str(BASE_FOLDER / "k004_maxse.npz")
@@ -192,7 +192,7 @@ DRIVER = """
 import os, sys, time
 os.environ["PYSPARK_PYTHON"] = sys.executable
 from pyspark.sql import SparkSession
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.spark import file_clock, private_running_counts_stream
 folder, mode, base, unit = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 horizon = None if base == "anytime" else 40  # no horizon: every key's counter is anytime

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pure_dp_mf.engines import spark as spark_engine
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 
 
 def test_batch_shards_spread_the_keys_over_the_cores_within_bounds():

@@ -12,9 +12,9 @@ import pytest
 
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.journal import OLD_FORMAT, Journal, StateFileError
 from pure_dp_mf.errors import PureDPMFError
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.resources import BASE_FOLDER
 
 BASE = BASE_FOLDER / "k004_maxse.npz"

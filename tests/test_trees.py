@@ -10,11 +10,11 @@ import pytest
 import scipy.sparse
 from conftest import dyadic_binary_tree
 
+from pure_dp_mf import published
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations import costs
 from pure_dp_mf.factorizations.workloads import prefix_sum
 from pure_dp_mf.mechanisms import trees
-from pure_dp_mf.reports import published
 
 ALL_N = range(1, 513)
 

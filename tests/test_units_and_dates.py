@@ -18,9 +18,9 @@ from conftest import run_main  # noqa: E402
 
 from pure_dp_mf.engines.calendar import Calendar, parse_step_size, parse_time
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")

@@ -96,13 +96,12 @@ import gmpy2
 import numpy as np
 
 import pure_dp_mf
+from pure_dp_mf import exact
 from pure_dp_mf.atomic import atomic_write_text, check_writable_file
-from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import CheckFailedError, InvalidInputError, PureDPMFError
-from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
+from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs, lift_factor
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, decoder_from_encoder, file_sha256
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
-from pure_dp_mf.mechanisms.lift import lift_factor
 from pure_dp_mf.validation import check_size, parse_json, read_bytes_limited
 
 FORMAT = "pure_dp_mf.certificate/1"

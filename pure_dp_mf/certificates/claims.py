@@ -44,7 +44,7 @@ from pathlib import Path
 import gmpy2
 import numpy as np
 
-from pure_dp_mf.certificates import exact
+from pure_dp_mf import exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, decoder_from_encoder
 from pure_dp_mf.validation import parse_json, read_bytes_limited

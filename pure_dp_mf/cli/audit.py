@@ -28,8 +28,8 @@ def audit(
     """Estimate lower bounds on the counter's privacy loss from seeded runs; exit 1 if ε is contradicted."""
     if mechanism not in MECHANISMS:
         raise InvalidInputError(f"unknown mechanism {mechanism!r}; expected one of {', '.join(MECHANISMS)}")
-    from pure_dp_mf.release.audit import audit as run_audit
-    from pure_dp_mf.release.audit import counter_target  # scipy.optimize and scipy.stats: only for this command
+    from pure_dp_mf.reports.audit import audit as run_audit
+    from pure_dp_mf.reports.audit import counter_target  # scipy.optimize and scipy.stats: only for this command
 
     target = counter_target(mechanism=mechanism, n=n, epsilon=epsilon, arity=arity, base=base)
     with console.status("auditing", spinner="dots") as status:

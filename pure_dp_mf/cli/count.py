@@ -15,11 +15,11 @@ import typer
 
 from pure_dp_mf.cli.app import app, error_console
 from pure_dp_mf.engines.counter import Counter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.io import StepReader
 from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.engines.runs import check_output_options, describe, metadata, run_stream
 from pure_dp_mf.errors import InvalidInputError, require_extra
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
 # The arguments and options of ``count``, in the order of its signature (and of --help).

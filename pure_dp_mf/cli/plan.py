@@ -1,5 +1,5 @@
 """``pure-dp-mf plan``: the ε that meets an accuracy target at a step, or the accuracy an ε gives
-(``mechanisms.accuracy``: the error bars that ``count`` then reports).
+(``engines.accuracy``: the error bars that ``count`` then reports).
 
 Thin: parses, calls ``accuracy.plan``, prints a short table or JSON."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import typer
 
 from pure_dp_mf.cli.app import app, print_json, print_table
-from pure_dp_mf.mechanisms.accuracy import Plan
-from pure_dp_mf.mechanisms.accuracy import plan as plan_accuracy
+from pure_dp_mf.engines.accuracy import Plan
+from pure_dp_mf.engines.accuracy import plan as plan_accuracy
 
 # The options of ``plan``, in the order of its signature (and of --help).
 _STEP = typer.Option(..., "--step", help="the 1-based step t whose release is planned")

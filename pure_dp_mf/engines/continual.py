@@ -33,14 +33,14 @@ import numpy as np
 import pure_dp_mf
 from pure_dp_mf.engines import ledger, registry
 from pure_dp_mf.engines.budget import charge_with_release
+from pure_dp_mf.engines.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.engines.journal import Journal, StateFileError, storage_error
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
-from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.anytime import AnytimeMechanism
 from pure_dp_mf.mechanisms.mechanism import Mechanism
+from pure_dp_mf.mechanisms.resolve import from_record, resolve_mechanism
 from pure_dp_mf.release.error_bars import ErrorBars
-from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.release.lattice import float_upper
 from pure_dp_mf.release.postprocess import MonotoneFit
 from pure_dp_mf.validation import check_epsilon, check_size, check_steps
@@ -147,7 +147,7 @@ class ContinualCounter(_CounterState):
         if (mechanism is None) == (base is None):
             raise InvalidInputError("give a mechanism or a base (with its horizon), not both")
         if mechanism is None:
-            mechanism = mechanisms.lifted(base=base, horizon=check_size(horizon, name="horizon"), metric=metric)  # type: ignore[arg-type]
+            mechanism = resolve_mechanism(horizon=check_size(horizon, name="horizon"), base=base, metric=metric).mechanism  # type: ignore[arg-type]
         elif horizon is not None and horizon != mechanism.horizon:
             raise InvalidInputError(f"the mechanism is for horizon {mechanism.horizon}, not {horizon}")
         self.mechanism: Any = mechanism  # a Mechanism, or an AnytimeMechanism (no horizon)
@@ -195,20 +195,16 @@ class ContinualCounter(_CounterState):
         """The counter of the mechanism the planner ranks best for (horizon, ε, metric)
         (``planner.choose``: every shipped lifted base and the five trees; "lifted" or a tree
         name restricts the choice); the row is kept in ``choice``."""
-        from pure_dp_mf.mechanisms import planner
-
-        row = planner.choose(horizon=horizon, epsilon=check_epsilon(epsilon), metric=metric, mechanism=mechanism)
-        counter = cls(epsilon=epsilon, mechanism=planner.build(row, horizon=horizon), **options)
-        counter.choice, counter.mechanism_metric = row, metric
+        resolved = resolve_mechanism(horizon=horizon, metric=metric, mechanism=mechanism, epsilon=check_epsilon(epsilon))
+        counter = cls(epsilon=epsilon, mechanism=resolved.mechanism, **options)
+        counter.choice, counter.mechanism_metric = resolved.row, metric
         return counter
 
     @classmethod
     def anytime(cls, *, epsilon: float, metric: str = "maxse", **options) -> ContinualCounter:
         """A counter without a horizon: the shipped anytime schedule for ``metric``
         (``mechanisms.anytime``: segments of lifted counters, each at the full ε on its own steps)."""
-        from pure_dp_mf.mechanisms.anytime import anytime
-
-        counter = cls(epsilon=epsilon, mechanism=anytime(metric=metric), **options)
+        counter = cls(epsilon=epsilon, mechanism=resolve_mechanism(horizon=None, metric=metric).mechanism, **options)
         counter.mechanism_metric = metric
         return counter
 
@@ -246,7 +242,7 @@ class ContinualCounter(_CounterState):
     def from_certificate(cls, certificate: str | os.PathLike, *, epsilon: float, horizon: int, **options) -> ContinualCounter:
         """A counter on the base that ``certificate`` certifies (its sha256 and sensitivity claim
         re-checked exactly: ``mechanism.lifted``), lifted to ``horizon``."""
-        mechanism = mechanisms.lifted(base=Path(certificate), horizon=horizon, certificate=certificate)
+        mechanism = resolve_mechanism(horizon=horizon, certificate=certificate).mechanism
         return cls(epsilon=epsilon, mechanism=mechanism, **options)
 
     @classmethod
@@ -264,7 +260,7 @@ class ContinualCounter(_CounterState):
             _check_expected(path, header, expected)
             counter = cls(
                 epsilon=float.fromhex(header["epsilon"]),
-                mechanism=mechanisms.from_record(header["mechanism"], horizon=header["horizon"]),
+                mechanism=from_record(header["mechanism"], horizon=header["horizon"]),
                 dimension=header["dimension"],
                 max_value=header["max_value"],
                 monotone=header["monotone"],

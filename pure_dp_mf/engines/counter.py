@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
+from pure_dp_mf.mechanisms.resolve import resolve_mechanism
 from pure_dp_mf.validation import check_epsilon, check_size, check_steps, exact_integers
 
 LOG = logging.getLogger("pure_dp_mf")
@@ -166,20 +167,12 @@ class Counter:
             self._charge(budget, state=state)
             LOG.info("resuming %s after step %d of %s", state, self._counter.released, self._counter.horizon or "∞")
         else:
-            if horizon is None:
-                if base is not None or certificate is not None or mechanism not in ("auto", "anytime"):
-                    raise InvalidInputError(
-                        "without a horizon the counter runs the anytime schedule: give --horizon to run a base, a certificate or a tree"
-                    )
-                self._counter = ContinualCounter.anytime(epsilon=epsilon, metric=metric, **options)
-            elif certificate is not None:
-                self._counter = ContinualCounter.from_certificate(certificate, epsilon=epsilon, horizon=horizon, **options)
-            elif base is not None:
-                self._counter = ContinualCounter(epsilon=epsilon, base=base, horizon=horizon, metric=metric, **options)
-            else:
-                self._counter = ContinualCounter.for_horizon(
-                    epsilon=epsilon, horizon=horizon, metric=metric, mechanism=mechanism, **options
-                )
+            resolved = resolve_mechanism(
+                horizon=horizon, metric=metric, mechanism=mechanism, base=base, certificate=certificate, epsilon=epsilon
+            )
+            self._counter = ContinualCounter(epsilon=epsilon, mechanism=resolved.mechanism, **options)
+            if resolved.row is not None or horizon is None:  # chosen for the metric: --extend keeps it
+                self._counter.choice, self._counter.mechanism_metric = resolved.row, metric
             self._charge(budget, state=state)
             if state is not None:
                 self._counter.save_state(state)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.calendar import Calendar
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import (
     MAX_LOCAL_KEYS,
     KeyedCounters,
@@ -46,7 +47,6 @@ from pure_dp_mf.engines.keyed import (
     run_keyed,
 )
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import MAX_DIGITS, check_size
 
 INVALID_POLICIES = ("refuse", "zero", "clamp")

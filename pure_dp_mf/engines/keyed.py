@@ -60,12 +60,12 @@ import numpy as np
 from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.budget import charge_with_release
 from pure_dp_mf.engines.calendar import Calendar
+from pure_dp_mf.engines.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.mechanism import Mechanism
+from pure_dp_mf.mechanisms.resolve import from_record, resolve_mechanism
 from pure_dp_mf.release.error_bars import ErrorBars, floor_half_widths
-from pure_dp_mf.release.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
@@ -564,7 +564,7 @@ class KeyedCounters(_KeyedState):
             if given is not None and given.key != generator.key:
                 raise StateFileError(f"{path}: the state was made with another generator (seed)")
             options.pop("base", None)
-            mechanism = mechanisms.from_record(header["mechanism"], horizon=header["horizon"])
+            mechanism = from_record(header["mechanism"], horizon=header["horizon"])
             counters = cls(keys=keys, rng=generator, _lineage=header["lineage"], mechanism=mechanism, **options)
             mine = counters._header()
             for name in ("keys_sha256", "epsilon", "horizon", "max_value", "privacy_unit", "sensitivity"):
@@ -610,17 +610,9 @@ class _BarsAhead:
 def _mechanism(base: str | os.PathLike | None, horizon: int | None, metric: str):
     """The keyed default: the lifted base the planner ranks best for the horizon, or ``base``;
     without a horizon the shipped anytime schedule for ``metric`` (``mechanisms.anytime``)."""
-    if horizon is None:
-        if base is not None:
-            raise InvalidInputError("--base needs --horizon: without a horizon the counts run the anytime schedule")
-        from pure_dp_mf.mechanisms.anytime import anytime
-
-        return anytime(metric=metric)
-    if base is not None:
-        return mechanisms.lifted(base=base, horizon=horizon, metric=metric)
-    from pure_dp_mf.mechanisms import planner
-
-    return planner.mechanism_for(horizon=horizon, metric=metric, mechanism="lifted")
+    if horizon is None and base is not None:
+        raise InvalidInputError("--base needs --horizon: without a horizon the counts run the anytime schedule")
+    return resolve_mechanism(horizon=horizon, metric=metric, base=base, keyed=True).mechanism
 
 
 _NORMS: dict[tuple[str, int], tuple[Fraction, ...]] = {}

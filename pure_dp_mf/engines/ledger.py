@@ -6,7 +6,7 @@ mechanism and its schedule, ε, the privacy unit and its bounds), the budget it 
 for a correction, the publication it corrects. The ledger holds every publication and, for each
 released step, an HMAC of the step's input under a key derived from the publication's secret key.
 
-Why: the noise of step t is a fixed function of the key and t (``release.generator``), so two
+Why: the noise of step t is a fixed function of the key and t (``engines.generator``), so two
 releases of step t under one key on inputs x_t ≠ x′_t reveal T·(x − x′) exactly (ε = ∞). The
 journal and the registry refuse this on one machine for one state; the ledger refuses it for
 every route that holds the key, in every process that shares the ledger:
@@ -479,7 +479,7 @@ def key_exported(tag: bytes) -> None:
 
 def needs_ledger(rng: Any) -> bool:
     """True for a secure key that has left the process that drew it (module docstring)."""
-    from pure_dp_mf.release.generator import is_exported
+    from pure_dp_mf.engines.registry import is_exported
 
     return not rng.seeded and is_exported(rng)
 

@@ -38,6 +38,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 
@@ -74,6 +75,28 @@ def registry_path(registry: str | os.PathLike | None = None) -> Path:
 def generator_tag(key: bytes) -> str:
     """The registry's name of a generator key: sha256 of the key (the key itself is never stored)."""
     return hashlib.sha256(b"pure_dp_mf registry v1\x00" + bytes(key)).hexdigest()
+
+
+_EXPORTED: set[bytes] = set()  # sha256 of each secure key that left this process or came from outside it
+
+
+def note_exported(rng: Any) -> bool:
+    """Note that the secure key of ``rng`` may serve runs outside this process (``is_exported``);
+    True the first time (``generator.mark_exported``), False for a seeded key or one noted before."""
+    if rng.seeded:
+        return False
+    tag = hashlib.sha256(rng.key).digest()
+    if tag in _EXPORTED:
+        return False
+    _EXPORTED.add(tag)
+    return True
+
+
+def is_exported(rng: Any) -> bool:
+    """True when the secure key of ``rng`` left this process (``to_record``) or came from outside
+    it (``from_record``, ``from_key_file``, a child of such a key): another process may hold it,
+    so its counters claim their publication in the ledger (``ledger.needs_ledger``)."""
+    return not rng.seeded and hashlib.sha256(rng.key).digest() in _EXPORTED
 
 
 def connect(registry: str | os.PathLike | None = None) -> sqlite3.Connection:

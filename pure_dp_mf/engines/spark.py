@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, public_schedule
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_size
 
 LOG = logging.getLogger("pure_dp_mf.spark")

@@ -21,9 +21,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from pure_dp_mf.certificates.exact import GRID_BITS, column_abs_sums
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import check_epsilon, issparse
+from pure_dp_mf.exact import GRID_BITS, column_abs_sums
+from pure_dp_mf.validation import check_epsilon, check_size, issparse
 
 
 def _absolute(matrix):
@@ -72,6 +72,13 @@ def leading_constant(error: float | Fraction, *, n: int, epsilon: float = 1.0) -
     if n == 1:
         return math.nan
     return float(error) * epsilon**2 / math.log2(n) ** 3
+
+
+def lift_factor(base_size: int) -> float:
+    """(log₂k / log₂(2k+1))³: Theorem 2.5's factor from a base's constant 2C² = 2c²/log₂(k)³ to
+    its lifted constant 2c²/log₂(2k+1)³ (float; certificates prove it with rational logarithms)."""
+    k = check_size(base_size, name="base_size", minimum=2)
+    return (math.log2(k) / math.log2(2 * k + 1)) ** 3
 
 
 @dataclass(frozen=True)

@@ -74,13 +74,13 @@ from typing import Any, cast
 import numpy as np
 
 import pure_dp_mf
+from pure_dp_mf import published
 from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
-from pure_dp_mf.certificates.exact import GRID_BITS, round_to_grid
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
+from pure_dp_mf.exact import GRID_BITS, round_to_grid
 from pure_dp_mf.factorizations.costs import leading_constant
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization, file_sha256
 from pure_dp_mf.factorizations.workloads import toeplitz_square_root
-from pure_dp_mf.reports import published
 from pure_dp_mf.validation import check_positive, check_size
 
 INITS = ("identity", "toeplitz", "file")

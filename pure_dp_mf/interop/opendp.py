@@ -118,7 +118,7 @@ def _running_counts(
 ) -> list[int]:
     """The measurement's function: one fresh ``Counter`` over ``values``, its counts as Python ints."""
     from pure_dp_mf.engines.counter import Counter
-    from pure_dp_mf.release.generator import NoiseGenerator
+    from pure_dp_mf.engines.generator import NoiseGenerator
 
     if not values:
         return []

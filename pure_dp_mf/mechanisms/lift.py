@@ -508,13 +508,6 @@ class _Profile:
 # The plan: levels, alphas and costs of the truncated p-fold lift.
 
 
-def lift_factor(base_size: int) -> float:
-    """(log₂k / log₂(2k+1))³: Theorem 2.5's factor from a base's constant 2C² = 2c²/log₂(k)³ to
-    its lifted constant 2c²/log₂(2k+1)³ (float; certificates prove it with rational logarithms)."""
-    k = check_size(base_size, name="base_size", minimum=2)
-    return (math.log2(k) / math.log2(2 * k + 1)) ** 3
-
-
 def lifted_constant(*, c_squared: Number, base_size: int) -> float:
     """Theorem 2.5: the leading constant 2c²/log₂(2k+1)³ of the lifts of a base of T_k with cost c
     (c₂ for MaxSE, c_F for MeanSE). ``c_squared`` may be a Fraction (converted once, at the end)."""

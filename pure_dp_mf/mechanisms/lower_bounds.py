@@ -69,8 +69,8 @@ from typing import Any, cast
 import numpy as np
 import scipy.sparse
 
-from pure_dp_mf.certificates.exact import ln2_bounds, log2_bounds
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.exact import ln2_bounds, log2_bounds
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.validation import check_size
 

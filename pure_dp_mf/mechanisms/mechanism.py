@@ -33,8 +33,8 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization, array_sha256
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder
 from pure_dp_mf.mechanisms.streaming import StreamingDecoder
-from pure_dp_mf.release.error_bars import ErrorBarModel, ErrorBars, NoiseMoments
-from pure_dp_mf.release.lattice import PAGE, ExactDecoder, ExactRelease, LatticeSource, Rates, noise_rate
+from pure_dp_mf.release.lattice import PAGE, ExactDecoder, Rates, noise_rate
+from pure_dp_mf.release.single import SingleRelease
 from pure_dp_mf.validation import check_size
 
 
@@ -89,55 +89,6 @@ class Mechanism:
             page_size=page_size,
             cached_pages=cached_pages,
         )
-
-
-class SingleRelease:
-    """The rounded noise ⌊2^-g·(L̄·Y)_t + ½⌋ of a counter running one ``Mechanism`` and its error
-    bars: integer noise DLap(λ_ℓ) per level on the lattice (``LatticeSource``, keyed by each
-    generator), every rounding decided exactly (``ExactRelease``). Privacy: docs/privacy.md,
-    "Theorem"."""
-
-    def __init__(
-        self,
-        *,
-        mechanism: Mechanism,
-        generators: list,
-        epsilon: float,
-        step_sensitivity: int = 1,
-        sensitivity: Fraction | None = None,
-        page_size: int = PAGE,
-        cached_pages: int | None = None,
-    ) -> None:
-        self.mechanism = mechanism
-        self.sensitivity = step_sensitivity * mechanism.sensitivity if sensitivity is None else sensitivity
-        self.rates = mechanism.rates(epsilon=epsilon, sensitivity=self.sensitivity)
-        tree = mechanism.kind != "lifted"  # a tree: one page per height in use, pages shrinking with the height
-        if cached_pages is None:
-            cached_pages = 2 * mechanism.decoder.max_terms(1) + 8 if tree else 8
-        self.sources = [
-            LatticeSource(key=generator.key, rates=self.rates, page_size=page_size, cached_pages=cached_pages, shrink=tree)
-            for generator in generators
-        ]
-        self.exact = ExactRelease(decoder=mechanism.decoder, atoms=mechanism.atoms, sources=self.sources)
-        self._model: ErrorBarModel | None = None
-
-    def noise(self, start: int, stop: int) -> np.ndarray:
-        """The rounded noise of steps start … stop − 1: (m,) for one generator, else (m, d)."""
-        return self.exact.noise(start, stop)
-
-    @property
-    def fallbacks(self) -> int:
-        """Values whose rounding was decided in rational arithmetic."""
-        return self.exact.fallbacks
-
-    def moments(self, start: int, stop: int) -> NoiseMoments:
-        if self._model is None:
-            self._model = ErrorBarModel(decoder=self.mechanism.decoder, atoms=self.mechanism.atoms, rates=self.rates)
-        return self._model.moments(start, stop)
-
-    def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
-        """Each step's noise std and guaranteed (1 − β) half-width (``release.error_bars``)."""
-        return self.moments(start, stop).bars(beta=beta)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,14 +229,12 @@ def _unit_atoms() -> ExactDecoder:
 
 
 def from_record(record: dict, *, horizon: int | None):
-    """The mechanism a state recorded (``Mechanism.record``), rebuilt for ``horizon``; a base whose
-    file changed (sha256) is refused. An anytime record (no horizon) rebuilds its schedule."""
+    """The lifted or tree mechanism a state recorded (``Mechanism.record``), rebuilt for
+    ``horizon``; a base whose file changed (sha256) is refused. Every record, the anytime one
+    included, is rebuilt by ``resolve.from_record``."""
     kind = record.get("kind")
     if kind == "anytime":
-        from pure_dp_mf.mechanisms.anytime import AnytimeMechanism, Schedule
-
-        schedule = Schedule.from_record(record["schedule"])
-        return AnytimeMechanism(schedule=schedule, name=str(record.get("name") or f"anytime ({schedule.metric} segments)"))
+        raise InvalidInputError("an anytime mechanism's record is rebuilt by resolve.from_record")
     if horizon is None:
         raise InvalidInputError("the state's mechanism needs a horizon")
     if kind == "lifted":

@@ -325,28 +325,3 @@ def choose(*, horizon: int, epsilon: float = 1.0, metric: str = "maxse", mechani
     if not rows:
         raise InvalidInputError(f"no {mechanism} mechanism is available for horizon {horizon}")
     return rows[0]
-
-
-def build(row: ComparisonRow, *, horizon: int):
-    """The ``Mechanism`` of a planner row for ``horizon``: a lifted base from its certificate
-    (loaded and checked now, its α's those the row was planned with), a tree from its closed form."""
-    from pure_dp_mf.mechanisms import mechanism as mechanisms
-
-    if row.mechanism == "lifted":
-        base_file = Path(str(row.base_file))
-        certificate = resources.certificate_file(base_file, folder=base_file.parent.parent / "certificates")
-        built = mechanisms.lifted(
-            base=base_file,
-            horizon=horizon,
-            metric=row.metric,
-            certificate=certificate if certificate.is_file() else None,
-        )
-    else:
-        built = mechanisms.tree(mechanism=row.mechanism, horizon=horizon, arity=row.arity)
-    return built
-
-
-def mechanism_for(*, horizon: int, epsilon: float = 1.0, metric: str = "maxse", mechanism: str = "auto"):
-    """``build(choose(…))``: the mechanism the planner ranks best, ready to run."""
-    row = choose(horizon=horizon, epsilon=epsilon, metric=metric, mechanism=mechanism)
-    return build(row, horizon=horizon)

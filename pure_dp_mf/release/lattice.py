@@ -58,8 +58,8 @@ import flint
 import gmpy2
 import numpy as np
 
+from pure_dp_mf import exact
 from pure_dp_mf.cache import read_entry, write_entry
-from pure_dp_mf.certificates import exact
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import decoder_from_encoder
 from pure_dp_mf.release.discrete_laplace import discrete_laplace_block, discrete_laplace_blocks

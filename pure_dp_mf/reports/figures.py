@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf import published
 from pure_dp_mf.atomic import atomic_write_bytes, check_writable_file
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization
 from pure_dp_mf.mechanisms import lift, lower_bounds, trees
 from pure_dp_mf.mechanisms import planner as compare
-from pure_dp_mf.reports import published
 from pure_dp_mf.validation import check_size
 
 PRINTED_DIGITS = 4

@@ -46,18 +46,18 @@ from typing import Any
 import numpy as np
 
 import pure_dp_mf
-from pure_dp_mf import resources
+from pure_dp_mf import published, resources
 from pure_dp_mf.atomic import atomic_write_text
 from pure_dp_mf.certificates import certify
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
+from pure_dp_mf.factorizations import costs
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.gaussian import comparison as gaussian_compare
 from pure_dp_mf.mechanisms import lift, lower_bounds, trees
 from pure_dp_mf.mechanisms import planner as compare
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.reports import figures as reports
-from pure_dp_mf.reports import published
 from pure_dp_mf.reports.figures import (
     Table,
     UpperBound,
@@ -244,7 +244,7 @@ def _certificates(section: Section, context: _Context) -> None:
                 paper[1],
                 bound(mine.get("meanse")),
                 ratio(mine.get("meanse"), paper[1]),
-                lift.lift_factor(k),
+                costs.lift_factor(k),
                 paper[3],
                 bound(mine.get("maxse_lifted")),
                 paper[4],

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pure_dp_mf.engines import registry as registries
+from pure_dp_mf.engines.ledger import Publication, key_exported, open_ledger
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
@@ -131,15 +133,14 @@ class NoiseGenerator:
         generator = cls.from_record(record)
         if generator.seeded:
             raise InvalidInputError(f"key file {target} holds a seeded key: a key file is for private releases")
-        from pure_dp_mf.engines.ledger import Publication, open_ledger
-        from pure_dp_mf.engines.registry import bind_key_file, unbind_key_file
-
-        bound = bind_key_file(target, key=generator.key, query=str(query), registry=registry)
+        bound = registries.bind_key_file(target, key=generator.key, query=str(query), registry=registry)
         try:
-            name = open_ledger().claim(Publication(name=str(query), key_tag=generator_tag(generator.key), corrects=corrects))
+            name = open_ledger().claim(
+                Publication(name=str(query), key_tag=registries.generator_tag(generator.key), corrects=corrects)
+            )
         except BaseException:
             if bound:  # the ledger refused: this machine's registry keeps no binding of the refused query
-                unbind_key_file(target, query=str(query), registry=registry)
+                registries.unbind_key_file(target, query=str(query), registry=registry)
             raise
         return replace(generator, publication=name)
 
@@ -160,7 +161,7 @@ class NoiseGenerator:
         child = NoiseGenerator(
             key=key, seeded=self.seeded, publication=None if self.publication is None else f"{self.publication}/{label}"
         )
-        if is_exported(self):
+        if registries.is_exported(self):
             mark_exported(child)
         return child
 
@@ -270,29 +271,9 @@ def claim_in_process(rng: NoiseGenerator, *, lineage: str) -> None:
         )
 
 
-_EXPORTED: set[bytes] = set()  # sha256 of each secure key that left this process or came from outside it
-
-
 def mark_exported(rng: NoiseGenerator) -> None:
-    """Note that the secure key of ``rng`` may serve runs outside this one (``is_exported``)."""
-    if not rng.seeded:
-        tag = hashlib.sha256(rng.key).digest()
-        if tag not in _EXPORTED:
-            _EXPORTED.add(tag)
-            from pure_dp_mf.engines.ledger import key_exported
-
-            key_exported(tag)  # counters that released on it before: their steps are barred in the ledger
-
-
-def is_exported(rng: NoiseGenerator) -> bool:
-    """True when the secure key of ``rng`` left this process (``to_record``) or came from outside
-    it (``from_record``, ``from_key_file``, a child of such a key): another process may hold it,
-    so its counters claim their publication in the ledger (``engines.ledger.needs_ledger``)."""
-    return not rng.seeded and hashlib.sha256(rng.key).digest() in _EXPORTED
-
-
-def generator_tag(key: bytes) -> str:
-    """The registry's and the ledger's name of a key (``engines.registry.generator_tag``)."""
-    from pure_dp_mf.engines.registry import generator_tag as tag
-
-    return tag(key)
+    """Note that the secure key of ``rng`` may serve runs outside this one (``registry.is_exported``);
+    the first time, every counter of this process that released on it unguarded is barred in the
+    ledger (``ledger.key_exported``)."""
+    if registries.note_exported(rng):
+        key_exported(hashlib.sha256(rng.key).digest())

@@ -391,24 +391,19 @@ def _mechanism(*, horizon: int | None, metric: str, mechanism: str, base: str | 
     anytime schedule; a ``base`` lifted to the horizon; else the planner's choice, where "auto"
     is for keyed counts the best lifted base (their default). The planner's ranking does not
     depend on ε (every row's errors scale as 1/ε²), so it is chosen at ε = 1."""
-    from pure_dp_mf.mechanisms import mechanism as mechanisms
-    from pure_dp_mf.mechanisms import planner
-    from pure_dp_mf.mechanisms.anytime import anytime
+    from pure_dp_mf.mechanisms.resolve import resolve_mechanism
 
     if horizon is None:
-        return anytime(metric=metric)
-    if base is not None:
-        return mechanisms.lifted(base=base, horizon=horizon, metric=metric)
-    choice = "lifted" if keyed and mechanism == "auto" else mechanism
-    return planner.build(planner.choose(horizon=horizon, epsilon=1.0, metric=metric, mechanism=choice), horizon=horizon)
+        return resolve_mechanism(horizon=None, metric=metric).mechanism
+    return resolve_mechanism(horizon=horizon, metric=metric, mechanism=mechanism, base=base, keyed=keyed).mechanism
 
 
 def _plan_at(setting: _Setting, epsilon: float) -> Plan:
     """The plan of ``epsilon``: the error bars of ``setting.step`` read from a counter built for
     it (no state; nothing is released, its generator is a fresh secure one and is dropped)."""
     from pure_dp_mf.engines.continual import ContinualCounter
+    from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.engines.keyed import KeyedCounters
-    from pure_dp_mf.release.generator import NoiseGenerator
 
     keyed = setting.privacy_unit in ("event", "user")
     mechanism = _mechanism(

@@ -69,12 +69,13 @@ import scipy.optimize
 import scipy.stats
 
 from pure_dp_mf.engines.continual import ContinualCounter
+from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import mechanism as mechanisms
-from pure_dp_mf.mechanisms import planner, trees
+from pure_dp_mf.mechanisms import trees
+from pure_dp_mf.mechanisms.resolve import resolve_mechanism
 from pure_dp_mf.mechanisms.streaming import materialize
-from pure_dp_mf.release.generator import NoiseGenerator
 from pure_dp_mf.validation import check_epsilon, check_positive, check_size
 
 MECHANISMS = ("lifted", *trees.MECHANISMS)
@@ -168,9 +169,7 @@ def counter_target(
         if mechanism == "lifted":
             if arity is not None:
                 raise InvalidInputError("the lifted counter takes no arity")
-            built = (
-                planner.mechanism_for(horizon=n, mechanism="lifted") if base is None else mechanisms.lifted(base=base, horizon=n)
-            )
+            built = resolve_mechanism(horizon=n, mechanism="lifted", base=base).mechanism
             label = f"lifted counter, {built.name} (k = {built.record['base_size']})"
         else:
             if base is not None:
