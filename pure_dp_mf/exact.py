@@ -157,16 +157,6 @@ def subtract_scaled_identity(matrix: flint.fmpz_mat, scale: int) -> flint.fmpz_m
     return matrix
 
 
-def series_residual(P: np.ndarray, M_exact: flint.fmpz_mat, *, shift: int) -> flint.fmpz_mat:
-    """G·2^shift = M·(P·T_k⁻¹) − 2^shift·I, exactly: the residual (L̃·R̃ − T_k)·T_k⁻¹ of a decoder
-    L̃ = M·2^-h around an encoder R̃ = P·2^-g (shift = g + h), whose norm ρ drives every Neumann-
-    series bound of L = T_k·R̃⁻¹ (certify, claims, the exact release). P·T_k⁻¹ is P with each
-    column minus the next: one integer product of small entries, no T_k formed."""
-    Q = np.asarray(P).copy()
-    Q[:, :-1] -= np.asarray(P)[:, 1:]
-    return subtract_scaled_identity(M_exact * integer_matrix(Q), 1 << shift)
-
-
 @dataclass(frozen=True)
 class NeumannSeries:
     """The terms of the Neumann-series bound of L = T_k·R̃⁻¹ around a float decoder L̃ (``neumann_series``).

@@ -48,19 +48,6 @@ def base_file(*, base_size: int, metric: str, folder: str | os.PathLike | None =
     return path
 
 
-def largest_base_file(*, metric: str = "maxse", folder: str | os.PathLike | None = None) -> Path:
-    """The base of the largest k for ``metric`` in ``folder`` (default: the shipped ones)."""
-    folder = Path(folder) if folder is not None else BASE_FOLDER
-    candidates = {}
-    for path in base_files(folder):
-        match = _BASE_NAME.fullmatch(path.name)
-        if match and match.group(2) == metric:
-            candidates[int(match.group(1))] = path
-    if not candidates:
-        raise InvalidInputError(f"no shipped base factorization k*_{metric}.npz in {folder}; pass a base file")
-    return candidates[max(candidates)]
-
-
 def certificate_file(base: str | os.PathLike, *, folder: str | os.PathLike | None = None) -> Path:
     """The certificate ``{stem}.json`` of a base file, in ``folder`` (default: the shipped ones)."""
     folder = Path(folder) if folder is not None else CERTIFICATE_FOLDER

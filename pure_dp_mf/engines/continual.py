@@ -31,7 +31,7 @@ from typing import IO, Any
 import numpy as np
 
 import pure_dp_mf
-from pure_dp_mf.engines import ledger, registry
+from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.budget import charge_with_release
 from pure_dp_mf.engines.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.engines.journal import Journal, StateFileError, storage_error
@@ -541,11 +541,6 @@ def _check_expected(path, header: dict, expected: dict) -> None:
             raise StateFileError(f"{path}: the state is for {name.replace('_', ' ')} {state[name]}, not {value}")
 
 
-def format_release(released) -> str:
-    """One output line: the released count, or the d counts separated by spaces."""
-    return str(released) if isinstance(released, int) else " ".join(str(int(v)) for v in released)
-
-
 def complete_output(path: Path, *, journal: Journal, render, header: str | None, rows_of=None) -> IO[str]:
     """Open the output ``path`` of a resumed run for appending so that it holds exactly the released
     steps, one record each (after a kill the state may be ahead of the file: the missing steps'
@@ -574,8 +569,3 @@ def complete_output(path: Path, *, journal: Journal, render, header: str | None,
     except OSError as error:
         raise storage_error(path, error) from None
     return stream
-
-
-def release_registry(path: str | os.PathLike | None = None) -> Path:
-    """Where this process's lineage registry is (``registry.registry_path``)."""
-    return registry.registry_path(path)

@@ -307,10 +307,6 @@ def schedule_progress(*, through: int, released: int, rows_on_terminal: bool):
 # ------------------------------------------------------------------------------------- output
 
 
-def metadata_text(summary: dict) -> str:
-    return json.dumps(summary, ensure_ascii=False, sort_keys=True)
-
-
 def renderer(output_format: str, *, dimension: int) -> Callable[[int, dict], str]:
     """render(first 0-based step, columns) → the text of those steps; ``columns`` holds "counts"
     ((m,) or (m, d)) and, for csv and jsonl, "std", "lower", "upper". Int64 columns are written

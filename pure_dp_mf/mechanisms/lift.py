@@ -961,9 +961,3 @@ def lifted_factorization(*, base: Factorization, plan: LiftPlan, base_file: str 
 
 # ---------------------------------------------------------------------------------------------
 # The leading constant against n.
-
-
-def constant_curve(*, base: Operand, metric: str, sizes: Sequence[int]) -> np.ndarray:
-    """The lifted leading constant of ``metric`` at every n in ``sizes`` (n ≥ 2), float64."""
-    family = LiftedFamily(base=base, metric=metric)
-    return np.array([family.plan(n=check_size(n, name="n", minimum=2)).leading_constant for n in sizes])

@@ -136,14 +136,3 @@ class ArraySource:
 
     def blocks(self, offsets: Sequence[int], size: int) -> np.ndarray:
         return np.stack([self.block(offset, size) for offset in offsets])
-
-
-def unit_sources(coordinates: Sequence[tuple[int, int]], *, sizes: dict[int, int]) -> list[ArraySource]:
-    """One ``ArraySource`` per coordinate with z = that unit vector (levels sized by ``sizes``):
-    the columns of a decoder, read through its own streaming ``next`` (tests, the audit)."""
-    sources = []
-    for level, index in coordinates:
-        z = {lvl: np.zeros(size) for lvl, size in sizes.items()}
-        z[level][index] = 1.0
-        sources.append(ArraySource(z))
-    return sources
