@@ -22,7 +22,7 @@ _TARGET_STD = typer.Option(None, "--target-std", help="find the smallest ε whos
 _TARGET_HALF_WIDTH = typer.Option(
     None, "--target-half-width", help="find the smallest ε whose guaranteed 1 − β interval at --step has at most this half-width"
 )
-_BETA = typer.Option(0.05, "--beta", help="the interval holds the true count with probability ≥ 1 − β")
+_BETA = typer.Option(0.05, "--beta", help="the interval covers the noise on the bounded count with probability ≥ 1 − β")
 _METRIC = typer.Option("maxse", "--metric", help="what auto minimises: maxse (the worst step) or meanse (the average)")
 _MECHANISM = typer.Option(
     "auto", "--mechanism", help="auto (as count chooses), lifted, or a tree: binary, kary, …; anytime without --horizon"

@@ -83,7 +83,8 @@ may change the odds of an output by a factor above e^10 ≈ 22,000: a weak guara
 class Plan:
     """The error of the release at 1-based ``step`` for ``epsilon``: the noise standard deviation
     ``std`` and the guaranteed half-width ``half_width`` (the interval count ± ⌊half_width⌋ holds
-    the true count with probability ≥ 1 − ``beta``), with what they are for: the ``mechanism``
+    the bounded count, the input as counted, with probability ≥ 1 − ``beta``: it covers the noise
+    only), with what they are for: the ``mechanism``
     that runs, the ``privacy_unit`` and its bounds, and the exact ℓ1 ``sensitivity`` the noise is
     scaled to (None without a horizon: one per anytime segment). ``target_std`` or
     ``target_half_width`` is the target ``epsilon`` was planned for (None: ε was given)."""
@@ -279,8 +280,9 @@ def plan_epsilon(
     found = plan_at(epsilon)
     if getattr(found, quantity) > target:  # never: the search returns a checked ε
         raise ArithmeticError(f"the planned ε = {epsilon} does not meet {flag} {target}")
-    targets = {"target_std": target} if quantity == "std" else {"target_half_width": target}
-    return replace(found, **targets, relative_tolerance=tolerance)
+    if quantity == "std":
+        return replace(found, target_std=target, relative_tolerance=tolerance)
+    return replace(found, target_half_width=target, relative_tolerance=tolerance)
 
 
 def _smallest_epsilon(
