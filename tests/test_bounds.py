@@ -218,3 +218,13 @@ def test_key_column_needs_keys(tmp_path):
     result = run_cli("bounds", str(tmp_path / "ev.csv"), "--user-column", "uid", "--key-column", "country",
                      "--step-column", "day", "--horizon", "30", "--epsilon", "0.3")  # fmt: skip
     one_error_line(result.returncode, result.stdout, result.stderr, "--key-column and --keys go together")
+
+
+def test_one_stream_of_event_rows(tmp_path):
+    """Without --key-column the rows are one stream: one key, so --max-keys is 1 without a look."""
+    _write(tmp_path, ROWS)
+    result = run_cli("bounds", str(tmp_path / "ev.csv"), "--user-column", "uid", "--step-column", "day",
+                     "--through", "4", "--epsilon", "0.3", "--seed", "1", "--json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["max_keys"] == 1 and document["ranges"] == {"max_keys": 1, "max_per_key": 4, "max_value": 1000}
