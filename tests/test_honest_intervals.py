@@ -37,7 +37,7 @@ def test_one_stream_metadata_and_summary(tmp_path):
     assert code == 0, err
     sidecar = json.loads((tmp_path / "out.csv.meta.json").read_text())
     assert sidecar["interval_meaning"] == INTERVAL_WORDS
-    assert "intervals cover the noise on the count as admitted" in err
+    assert "intervals cover the noise on the bounded count" in err
     code, out, err = run_main("count", str(tmp_path / "in.txt"), "--epsilon", "1", "--horizon", "8", "--seed", "1",
                               "--format", "jsonl")  # fmt: skip
     assert code == 0 and json.loads(out.splitlines()[0])["header"]["interval_meaning"] == INTERVAL_WORDS, err

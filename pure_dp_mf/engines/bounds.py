@@ -95,7 +95,7 @@ def comparison_rate(*, epsilon: Fraction, quantile: Fraction, upper: int) -> Fra
 
 
 def private_quantile(
-    values: Iterable[int], *, quantile: Fraction, upper: int, epsilon: Fraction, generator: NoiseGenerator
+    *, values: Iterable[int], quantile: Fraction, upper: int, epsilon: Fraction, generator: NoiseGenerator
 ) -> int:
     """The ε-DP quantile of the module docstring: one value per user (each capped at ``upper``),
     the answer in 1 … ``upper``; the i-th comparison's noise is DLap(λ) from the SHAKE-256 stream
@@ -221,7 +221,11 @@ def suggest_bounds(
     share = Fraction(epsilon) / len(QUANTITIES)  # basic composition: the three answers together are ε-DP
     answers = {
         name: private_quantile(
-            per_user[name], quantile=quantile, upper=ranges[name], epsilon=share, generator=generator.child(f"bounds/{name}")
+            values=per_user[name],
+            quantile=quantile,
+            upper=ranges[name],
+            epsilon=share,
+            generator=generator.child(f"bounds/{name}"),
         )
         for name in QUANTITIES
     }

@@ -181,7 +181,8 @@ def _write(sink: IO[str], text: str, *, durable: bool, path: Path | None) -> Non
 
 
 def describe(counter: Counter) -> str:
-    """One line for the operator: the mechanism, why, its expected errors (public facts only)."""
+    """One line for the operator: the mechanism, why, its expected errors and what the intervals
+    cover (public facts only)."""
     summary = counter.summary
     expected = summary.get("expected") or {}
     inner = counter.counter
@@ -194,7 +195,7 @@ def describe(counter: Counter) -> str:
             f": MaxSE {expected['max_se']:.6g} (std ≤ {expected['max_se'] ** 0.5:.4g}), "
             f"MeanSE {expected['mean_se']:.6g} (rms std {expected['mean_se'] ** 0.5:.4g})"
         )
-    return line + "; intervals cover the noise on the count as admitted (values ≤ m, the invalid policy), not more"
+    return line + "; intervals cover the noise on the bounded count (values ≤ m, after --invalid), not the raw data"
 
 
 def metadata(counter: Counter, *, beta: float, policy: str) -> dict:
