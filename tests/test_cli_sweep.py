@@ -29,6 +29,7 @@ FILE_COMMANDS = [
     ["compare", "--n", "100", "--plot", "{OUT}"],
     ["reproduce", "--quick", "--out", "{OUT}/x/y", "--certificates", "{FILE}"],
     ["multi-epoch", "optimize", "--n", "8", "--participations", "2", "--out", "{OUT}"],
+    ["bounds", "{FILE}", "--epsilon", "0.3", "--user-column", "u", "--step-column", "d", "--horizon", "5"],
 ]
 EPSILON_COMMANDS = [
     ["info", BASE, "--epsilon"],
@@ -38,6 +39,7 @@ EPSILON_COMMANDS = [
     ["audit", "--mechanism", "binary", "--n", "8", "--trials", "100", "--epsilon"],
     ["multi-epoch", "noise", "--delta", "1e-6", "--epsilon"],
     ["multi-epoch", "compare", "--n", "8", "--participations", "2", "--epsilon"],
+    ["bounds", "--user-column", "u", "--step-column", "d", "--horizon", "5", "--epsilon"],
 ]
 
 

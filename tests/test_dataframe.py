@@ -265,3 +265,25 @@ def test_polars():
     )
     assert isinstance(released, pd.DataFrame)
     assert released["count"].tolist() == _keyed_rows(frame, seed=9)["count"].tolist()
+
+
+@pytest.mark.parametrize("missing", ["", "  ", None, np.nan])
+def test_an_event_without_its_user_is_refused_by_row_or_dropped(missing):
+    """An empty or missing user id (NaN, None: never the user "nan") is refused with its row and
+    no value under "refuse", and dropped under "zero" and "clamp" (``keyed.check_user``)."""
+    frame = _events()
+    frame["uid"] = frame["uid"].astype(object)
+    listed = np.flatnonzero(frame["country"].isin(KEYS).to_numpy() & frame["day"].between(1, HORIZON).to_numpy())
+    position = int(listed[3])
+    frame.loc[position, "uid"] = missing
+    options = dict(
+        keys=KEYS, epsilon=1.0, horizon=HORIZON, key_column="country", step_column="day", value_column="n",
+        user_column="uid", privacy_unit="user", max_keys=1, max_per_key=2, max_value=2,
+    )  # fmt: skip
+    with pytest.raises(InvalidInputError, match=rf"^user_column 'uid' at row {position}: the user id is empty") as refused:
+        private_running_counts(frame, generator=NoiseGenerator.from_seed(11), **options)
+    assert "nan" not in str(refused.value) and "None" not in str(refused.value)
+    for policy in ("zero", "clamp"):
+        released = private_running_counts(frame, generator=NoiseGenerator.from_seed(11), invalid=policy, **options)
+        expected = _keyed_rows(frame.drop(index=position), seed=11, user=True, privacy_unit="user", max_keys=1, max_per_key=2)
+        assert released["count"].tolist() == expected["count"].tolist()

@@ -12,11 +12,19 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import one_error_line, run_cli
 
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.journal import StateFileError
-from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, KeyedEvent, check_keys, run_keyed, user_sensitivity
+from pure_dp_mf.engines.keyed import (
+    ContributionBounder,
+    KeyedCounters,
+    KeyedEvent,
+    PerStepBounder,
+    check_keys,
+    run_keyed,
+    user_sensitivity,
+)
 from pure_dp_mf.engines.registry import RegistryError
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -421,3 +429,41 @@ def test_a_keyed_stream_follows_its_invalid_policy(tmp_path):
     assert clamped.returncode == 0 and clamped.stdout != dropped.stdout
     stopped = run_cli(*arguments, "--invalid", "stop", input_text=text)
     assert stopped.returncode == 2 and "value 7" in stopped.stderr
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_event_without_its_user_is_refused_by_line_or_dropped_by_the_policy(tmp_path, blank):
+    """An empty user id (blank once normalised) is no one's: refused with its line number and no
+    value, before anything is released; ``--invalid zero`` drops it as it drops other invalid events."""
+    rows = [("u1", "de", 1, 1), ("u2", "fr", 2, 1), (blank, "de", 3, 1), ("u3", "de", 4, 1)]
+    _write(tmp_path, rows)
+    user = ["--privacy-unit", "user", "--user-column", "uid", "--max-keys", "1", "--max-per-key", "2"]
+    output = tmp_path / "out.csv"
+    refused = _keyed(tmp_path, *user, "--output", str(output))
+    one_error_line(refused.returncode, refused.stdout, refused.stderr, "line 4: --user-column 'uid': the user id is empty")
+    assert not output.exists() or output.read_text().count("\n") <= 1  # nothing released
+    dropped = _keyed(tmp_path, *user, "--invalid", "zero", "--operator-log", str(tmp_path / "ops.jsonl"))
+    assert dropped.returncode == 0, dropped.stderr
+    assert json.loads((tmp_path / "ops.jsonl").read_text())["invalid_events"] == 1
+    _write(tmp_path, [row for row in rows if row[0] != blank])
+    assert _keyed(tmp_path, *user).stdout == dropped.stdout  # dropped: as if the row were not there
+
+
+def test_every_route_through_the_bounds_refuses_an_empty_user():
+    """The one check (``keyed.check_user``) sits in ``ContributionBounder.admit``, which every
+    route's user bounds call (the CLI, the DataFrame function, Spark): a caller that skips the
+    readers' checks is refused too, and the user-step bounder, and the unit "step", still run."""
+    for bounder in (ContributionBounder(max_keys=1, max_per_key=1, max_value=1), PerStepBounder(1, 1, 1)):
+        for user in ("", " \t", None):
+            with pytest.raises(InvalidInputError, match="an event: the user id is empty"):
+                bounder.admit(user, 0, 1, 1)  # type: ignore[arg-type]
+        assert bounder.admit("u1", 0, 1, 1) == 1
+    counters = KeyedCounters(
+        keys=["a"], epsilon=1.0, horizon=8, base=BASE, rng=NoiseGenerator.from_seed(1), privacy_unit="user-step"
+    )
+    with pytest.raises(InvalidInputError, match="the user id is empty"):
+        counters.admit(key="a", step=1, value=1, user="")
+    whole_step = KeyedCounters(
+        keys=["a"], epsilon=1.0, horizon=8, base=BASE, rng=NoiseGenerator.from_seed(2), privacy_unit="step"
+    )
+    assert whole_step.admit(key="a", step=1, value=1) == (0, 1)

@@ -158,3 +158,17 @@ def test_the_library_refuses_bad_input_with_the_flag():
         accuracy(epsilon=1.0, step=3, horizon=8, max_keys=2)
     with pytest.raises(InvalidInputError, match="--base needs --horizon"):
         accuracy(epsilon=1.0, step=3, base="k004_maxse.npz")
+
+
+def test_a_large_epsilon_is_answered_with_one_warning_line_and_a_json_field():
+    code, out, err = run_cli("plan", "--step", "50", "--horizon", "100", "--epsilon", "12.5", "--json")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("warning: ε = 12.5 is large (> 10)"), err
+    document = json.loads(out)
+    assert document["warning"] == lines[0].removeprefix("warning: ") and document["epsilon"] == 12.5
+    code, out, err = run_cli("plan", "--step", "50", "--horizon", "100", "--target-std", "0.4")  # a target that needs ε > 10
+    planned = plan_epsilon(step=50, horizon=100, target_std=0.4)
+    assert code == 0 and planned.epsilon > 10 and err.startswith("warning: ") and len(err.splitlines()) == 1, err
+    code, out, err = run_cli("plan", "--step", "50", "--horizon", "100", "--epsilon", "10", "--json")
+    assert code == 0 and err == "" and json.loads(out)["warning"] is None, err  # 10 itself is not large

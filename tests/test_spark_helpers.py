@@ -250,3 +250,17 @@ def test_count_on_spark_refuses_what_it_would_ignore_before_spark_starts(tmp_pat
         assert "Traceback" not in finished.stderr
     assert not (tmp_path / "s").exists() and not (tmp_path / "log").exists()
     assert (tmp_path / "old.csv").read_text() == "key,step,count,std,lower,upper\n"
+
+
+def test_a_spark_users_group_without_a_user_id_is_refused():
+    """Spark's user stage bounds each user with ``ContributionBounder`` (``_bound_user``): an
+    empty user id is refused there, as on every route (``keyed.check_user``)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"user": ["  ", "  "], "key": ["a", "a"], "step": [1, 2], "value": [1, 1], "position": [0, 0], "shard": [0, 0]}
+    )
+    with pytest.raises(InvalidInputError, match="the user id is empty"):
+        spark_engine._bound_user(frame, max_keys=1, max_per_key=1, max_value=1)
+    kept = spark_engine._bound_user(frame.assign(user="u1"), max_keys=1, max_per_key=1, max_value=1)
+    assert kept["step"].tolist() == [1]  # a named user is bounded as before: C = 1 keeps the first step

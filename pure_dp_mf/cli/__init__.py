@@ -21,6 +21,7 @@ from pure_dp_mf.errors import PureDPMFError, missing_extra
 
 COMMANDS = {
     "audit": ("audit",),
+    "bounds": ("bounds",),
     "budget": ("budget",),
     "certify": ("certify",),
     "verify": ("certify",),

@@ -68,9 +68,15 @@ _COLUMN = typer.Option(None, "--column", help="read this column of a CSV input w
 _FORMAT = typer.Option(
     "plain",
     "--format",
-    help="plain (one count per line), csv or jsonl (step, count, std, lower, upper: a guaranteed 1 − β interval); parquet for keyed counts",
+    help="plain (one count per line), csv or jsonl (step, count, std, lower, upper: a guaranteed 1 − β interval for the "
+    "noise on the bounded count); parquet for keyed counts",
 )
-_BETA = typer.Option(0.05, "--beta", help="with csv/jsonl: each interval holds the true count with probability ≥ 1 − β")
+_BETA = typer.Option(
+    0.05,
+    "--beta",
+    help="with csv/jsonl: each interval covers the noise on the bounded count (the input as counted: after the "
+    "contribution bounds, m and --invalid) with probability ≥ 1 − β; not what the bounds left out of the raw count",
+)
 _MONOTONE = typer.Option(
     False,
     "--monotone",
@@ -216,7 +222,9 @@ def count(
     if plot is not None:
         from pure_dp_mf.reports.plot import plot_output_file
 
-        label = f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'}"
+        label = (
+            f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'} (noise on the bounded count)"
+        )
         plot_output_file(source=output, image=plot, band_label=label)
         error_console.print(f"plot: {plot}", markup=False, highlight=False)
 

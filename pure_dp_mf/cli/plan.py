@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from pure_dp_mf.cli.app import app, print_json, print_table
+from pure_dp_mf.cli.app import app, error_console, print_json, print_table
 from pure_dp_mf.engines.accuracy import Plan
 from pure_dp_mf.engines.accuracy import plan as plan_accuracy
 
@@ -22,7 +22,7 @@ _TARGET_STD = typer.Option(None, "--target-std", help="find the smallest ε whos
 _TARGET_HALF_WIDTH = typer.Option(
     None, "--target-half-width", help="find the smallest ε whose guaranteed 1 − β interval at --step has at most this half-width"
 )
-_BETA = typer.Option(0.05, "--beta", help="the interval holds the true count with probability ≥ 1 − β")
+_BETA = typer.Option(0.05, "--beta", help="the interval covers the noise on the bounded count with probability ≥ 1 − β")
 _METRIC = typer.Option("maxse", "--metric", help="what auto minimises: maxse (the worst step) or meanse (the average)")
 _MECHANISM = typer.Option(
     "auto", "--mechanism", help="auto (as count chooses), lifted, or a tree: binary, kary, …; anytime without --horizon"
@@ -59,7 +59,8 @@ def plan(
 ) -> None:
     """The smallest ε for a target std or interval half-width at a step, or the std and interval an ε gives there.
 
-    The numbers are those count then reports for that step (docs/planning.md)."""
+    The numbers are those count then reports for that step (docs/planning.md). An ε above 10 is
+    answered with one warning line on stderr (and "warning" in --json)."""
     planned = plan_accuracy(
         step=step,
         horizon=horizon,
@@ -75,6 +76,8 @@ def plan(
         max_keys=max_keys,
         max_per_key=max_per_key,
     )
+    if planned.warning is not None:  # a public number: ε, said on stderr, once
+        error_console.print(f"warning: {planned.warning}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print_json(planned.as_dict())
         return

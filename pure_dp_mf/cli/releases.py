@@ -19,7 +19,7 @@ _STATE = typer.Argument(..., exists=True, dir_okay=False, help="a single counter
 _FORMAT = typer.Option("csv", "--format", help="csv (with a header line), jsonl (a header record first) or plain")
 _FIRST = typer.Option(1, "--first-step", help="the first step to print")
 _LAST = typer.Option(None, "--last-step", help="the last step to print (default: the last released)")
-_BETA = typer.Option(0.05, "--beta", help="each interval holds the true count with probability ≥ 1 − β")
+_BETA = typer.Option(0.05, "--beta", help="each interval covers the noise on the bounded count with probability ≥ 1 − β")
 
 
 @app.command()

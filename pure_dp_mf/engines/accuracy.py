@@ -57,7 +57,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
@@ -74,13 +74,17 @@ ANYTIME_SCALE_LIMIT = 1e4
 every earlier segment to give its error bars, and far beyond this scale the exact release decides
 its roundings in rational arithmetic (minutes a value for the large bases)."""
 RELATIVE_TOLERANCE = 1e-4
+LARGE_EPSILON = 10.0
+"""A plan whose ε exceeds this carries a warning (``Plan.warning``): at ε > 10 one unit's data
+may change the odds of an output by a factor above e^10 ≈ 22,000: a weak guarantee."""
 
 
 @dataclass(frozen=True)
 class Plan:
     """The error of the release at 1-based ``step`` for ``epsilon``: the noise standard deviation
     ``std`` and the guaranteed half-width ``half_width`` (the interval count ± ⌊half_width⌋ holds
-    the true count with probability ≥ 1 − ``beta``), with what they are for: the ``mechanism``
+    the bounded count, the input as counted, with probability ≥ 1 − ``beta``: it covers the noise
+    only), with what they are for: the ``mechanism``
     that runs, the ``privacy_unit`` and its bounds, and the exact ℓ1 ``sensitivity`` the noise is
     scaled to (None without a horizon: one per anytime segment). ``target_std`` or
     ``target_half_width`` is the target ``epsilon`` was planned for (None: ε was given)."""
@@ -102,8 +106,19 @@ class Plan:
     target_half_width: float | None = None
     relative_tolerance: float | None = None
 
+    @property
+    def warning(self) -> str | None:
+        """One line when ε exceeds ``LARGE_EPSILON`` (None otherwise): what such an ε means."""
+        if self.epsilon <= LARGE_EPSILON:
+            return None
+        return (
+            f"ε = {self.epsilon:g} is large (> {LARGE_EPSILON:g}): one {self.privacy_unit}'s data may change the odds "
+            f"of any output by a factor up to e^{self.epsilon:g}, a weak guarantee"
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, and ``warning`` (the ``--json`` document)."""
+        return {**asdict(self), "warning": self.warning}
 
 
 @dataclass(frozen=True)
@@ -265,8 +280,9 @@ def plan_epsilon(
     found = plan_at(epsilon)
     if getattr(found, quantity) > target:  # never: the search returns a checked ε
         raise ArithmeticError(f"the planned ε = {epsilon} does not meet {flag} {target}")
-    targets = {"target_std": target} if quantity == "std" else {"target_half_width": target}
-    return Plan(**{**found.as_dict(), **targets, "relative_tolerance": tolerance})
+    if quantity == "std":
+        return replace(found, target_std=target, relative_tolerance=tolerance)
+    return replace(found, target_half_width=target, relative_tolerance=tolerance)
 
 
 def _smallest_epsilon(

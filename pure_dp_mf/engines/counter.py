@@ -8,7 +8,8 @@
 It runs a ``ContinualCounter`` (``continual.py``) on the mechanism the planner ranks best for
 the horizon, ε and metric (or a base, a certificate, or a tree that the caller names), exactly
 ε-DP (docs/privacy.md), and attaches to every release its noise standard deviation and a
-guaranteed (1 − β) interval for the true count (``release.error_bars``). With ``state=PATH``
+guaranteed (1 − β) interval for the running count of the values given (the noise only:
+``release.error_bars``; for data bounded before it reaches the counter, the bounded count). With ``state=PATH``
 the counter is crash-safe: a new state is created, an existing one resumed (locked, checked
 against the lineage registry; options that differ from the state's are refused). The command
 ``pure-dp-mf count`` runs the same class.
@@ -37,7 +38,8 @@ LOG = logging.getLogger("pure_dp_mf")
 @dataclass(frozen=True)
 class Release:
     """One released step: the private running count, the standard deviation of its noise, and
-    an interval [lower, upper] holding the true count with probability ≥ 1 − β (per step)."""
+    an interval [lower, upper] holding the running count of the values given (the noise only,
+    not what bounding or an invalid-input policy left out) with probability ≥ 1 − β (per step)."""
 
     step: int
     count: int
@@ -99,7 +101,7 @@ class Counter:
             certifies (its claims re-checked), instead of the planner's choice.
         max_value: m; each step's value is an integer in [0, m] (the noise is scaled to m).
         dimension: d counts per step (a step is d integers with sum ≤ m).
-        beta: each interval misses the true count with probability ≤ β.
+        beta: each interval misses the running count of the values given with probability ≤ β.
         monotone: post-process the counts to be non-negative and non-decreasing (an isotonic fit
             of what was released, never changing a past output; no privacy cost:
             ``postprocess.py``). The interval is that of the unprocessed release, cut to [0, m·t]

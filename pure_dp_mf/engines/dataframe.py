@@ -38,10 +38,12 @@ import numpy as np
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import (
+    INTERVAL_WORDS,
     MAX_LOCAL_KEYS,
     KeyedCounters,
     KeyedEvent,
     check_keys,
+    empty_user_error,
     normalise_key,
     public_schedule,
     run_keyed,
@@ -136,6 +138,7 @@ def private_running_counts(
             "private": not generator.seeded,
             "epsilon": counters.epsilon,
             "privacy_unit": counters.privacy_unit,
+            "interval_meaning": INTERVAL_WORDS,
             "mechanism": counters.mechanism.name,
             "publication": None if counters._guard is None else counters._guard.name,
         }
@@ -283,14 +286,17 @@ def _scheduled(frame, *, keys: list[str], columns: dict, calendar: Calendar | No
         values, value_ok = np.ones(len(rows), dtype=np.int64), np.ones(len(rows), dtype=bool)
     else:
         values, value_ok = _integers(frame[value_column].iloc[rows])
-    users = None if user_column is None else frame[user_column].iloc[rows].astype(str).to_numpy(dtype=object)
+    users = None
+    if user_column is not None:  # a missing user (None, NaN) is an empty one (``keyed.check_user``), never "nan"
+        cells = frame[user_column].iloc[rows]
+        users = np.where(cells.isna().to_numpy(dtype=bool), "", cells.astype(str).to_numpy(dtype=object)).astype(object)
     return _Table(rows, key_text[rows], steps, step_ok, values, value_ok, users)
 
 
 def _apply_policy(table: _Table, *, frame, columns: dict, invalid: str, max_value: int, dates: bool) -> _Table:
     """The invalid events of the schedule: refused (before any counter exists), dropped or clamped."""
     outside = table.value_ok & ((table.values < 0) | (table.values > max_value))
-    unparsed = ~table.step_ok | ~table.value_ok
+    unparsed = ~table.step_ok | ~table.value_ok | _empty_users(table)  # an event without its user is dropped whole
     bad = unparsed | outside
     if invalid == "refuse":
         if bad.any():
@@ -303,16 +309,28 @@ def _apply_policy(table: _Table, *, frame, columns: dict, invalid: str, max_valu
     return table.take(~bad)
 
 
+def _empty_users(table: _Table) -> np.ndarray:
+    """The events whose user is missing or empty once normalised (``keyed.check_user``'s rule)."""
+    if table.users is None:
+        return np.zeros(len(table.rows), dtype=bool)
+    return np.array([not normalise_key(user) for user in table.users], dtype=bool)
+
+
 def _refusal(table: _Table, *, frame, columns: dict, bad: np.ndarray, max_value: int, dates: bool) -> str:
-    """The message of ``invalid="refuse"``: the first invalid event's column, value and row."""
+    """The message of ``invalid="refuse"``: the first invalid event's column, value and row (for
+    an empty user: its column and row, ``keyed.check_user``'s words)."""
     first = int(np.flatnonzero(bad)[0])
     position = int(table.rows[first])
+    label = frame.index[position]
+    where = f"row {position}" if label == position else f"row {position} (index {label!r})"
+    step_or_value_bad = not table.step_ok[first] or not table.value_ok[first] or not 0 <= table.values[first] <= max_value
+    if not step_or_value_bad:  # the user is empty
+        error = empty_user_error(f"user_column {columns['user_column']!r} at {where}")
+        return f"{error}; {int(bad.sum())} event(s) of listed keys in the schedule are invalid and nothing was released"
     argument = "step_column" if not table.step_ok[first] else "value_column"
     column = columns[argument]
     cell = frame[column].iloc[position]
     cell = cell.item() if isinstance(cell, np.generic) else cell
-    label = frame.index[position]
-    where = f"row {position}" if label == position else f"row {position} (index {label!r})"
     if argument == "step_column":
         what = "is not an ISO date or timestamp (in the time zone of start, or none)" if dates else "is not an integer"
     elif not table.value_ok[first]:

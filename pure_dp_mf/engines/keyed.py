@@ -70,6 +70,14 @@ from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
 PRIVACY_UNITS = ("step", "event", "user-step", "user")
+INTERVAL_WORDS = (
+    "[lower, upper] covers the noise on the bounded count with probability ≥ 1 − β (see band): the running count "
+    "of the input as counted, after the contribution bounds, the clipping to m and the invalid policy; it does not "
+    "cover what those left out, so it may miss the count of the raw data"
+)
+"""What every output's interval means (``interval_meaning`` in the metadata; docs/privacy.md,
+"Keyed streams"): a statement about the noise alone, never about data the bounds dropped."""
+STEP_USER = "step"  # the one "user" of --privacy-unit step: a step's whole input
 UNIT_WORDS = {  # what one privacy unit is, in words (``str.format`` with m, K and C)
     "step": "one step: its whole input, at most m = {m}",
     "event": "one event, of value at most m = {m}",
@@ -90,6 +98,25 @@ def normalise_key(value: object) -> str:
     function, Spark): its text without the white space around it, so that " FR" and "FR" are one
     key wherever they are read. A public function of the key alone (no data value decides it)."""
     return str(value).strip()
+
+
+def check_user(user: object, *, where: str) -> None:
+    """Refuse a user id that is missing (None) or empty once normalised (``normalise_key``: the
+    text without surrounding white space): events without their user would be pooled into one
+    "user" whose bounds then cut them all, silently. ``where`` says which event (a line or row
+    number, never a value). Every route's bounds pass through it (``ContributionBounder.admit``);
+    the readers call it first, under their invalid policy, to name the line and refuse a file
+    before anything is released (or drop the event under "zero")."""
+    if user is None or not normalise_key(user):
+        raise empty_user_error(where)
+
+
+def empty_user_error(where: str) -> InvalidInputError:
+    """The refusal of an event without its user (``check_user``), at ``where``."""
+    return InvalidInputError(
+        f"{where}: the user id is empty; every event needs its user for the contribution bounds "
+        "(the invalid policy 'zero' drops such events)"
+    )
 
 
 MAX_LOCAL_KEYS = 1_000_000
@@ -143,7 +170,9 @@ class ContributionBounder:
     dropped: int = 0
 
     def admit(self, user: str, key: int, step: int, value: int) -> int:
-        """The part of this event that is kept (0 when it is dropped)."""
+        """The part of this event that is kept (0 when it is dropped). An empty or missing user is
+        refused (``check_user``): it is no one's, and cannot be bounded as anyone's."""
+        check_user(user, where="an event")
         keys = self._keys.setdefault(user, {})
         entry = keys.get(key)
         if entry is None:
@@ -444,6 +473,7 @@ class KeyedCounters(_KeyedState):
         record["privacy_unit_meaning"] = UNIT_WORDS[self.privacy_unit].format(
             m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
         )
+        record["interval_meaning"] = INTERVAL_WORDS
         if self.privacy_unit in ("user", "user-step"):
             record["max_keys"] = self.max_keys
         if self.privacy_unit == "user":
@@ -515,7 +545,8 @@ class KeyedCounters(_KeyedState):
     def intervals(self, counts: np.ndarray, *, start: int, beta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(std per step, lower, upper) of released ``counts``: shape (keys,) for the one 0-based
         step ``start``, or (keys, steps) for the steps start, start + 1, …. The interval is the
-        guaranteed (1 − β) one cut below at 0 only, as a key's true count is ≥ 0 but has no upper
+        guaranteed (1 − β) one for the bounded count (``INTERVAL_WORDS``: the noise only), cut below
+        at 0 only, as a key's bounded count is ≥ 0 but has no upper
         bound per step (many events per step), and never cut past the released count: the
         interval always holds its count (a count below 0 is its own lower end)."""
         counts = np.asarray(counts)
@@ -540,7 +571,7 @@ class KeyedCounters(_KeyedState):
             raise InvalidInputError(f"value {value} is outside [0, {self.max_value}]")
         if self.bounder is not None:
             if self.privacy_unit == "step":
-                user = ""  # a step's whole input is one unit
+                user = STEP_USER  # a step's whole input is one unit
             elif user is None:
                 raise InvalidInputError(f"--privacy-unit {self.privacy_unit} needs the user of every event (--user-column)")
             value = self.bounder.admit(user, index, step, value)

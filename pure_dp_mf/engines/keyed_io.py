@@ -37,7 +37,15 @@ import numpy as np
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.io import INVALID_POLICIES, MAX_FIELD, Texts, join_columns, schedule_progress, write_sidecar
 from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.keyed import MAX_LOCAL_KEYS, KeyedCounters, KeyedEvent, check_keys, normalise_key, run_keyed
+from pure_dp_mf.engines.keyed import (
+    MAX_LOCAL_KEYS,
+    KeyedCounters,
+    KeyedEvent,
+    check_keys,
+    empty_user_error,
+    normalise_key,
+    run_keyed,
+)
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import parse_integer
 
@@ -173,6 +181,8 @@ class EventReader:
             else:
                 return self._invalid(f"line {number}: value {value} is outside [0, {self.max_value}] (--max-value)")
         user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
+        if user is not None and not user:  # no one's event: refused or dropped by the policy (``keyed.check_user``)
+            return self._invalid(str(empty_user_error(f"line {number}: --user-column {self.columns['--user-column']!r}")))
         return KeyedEvent(key=key, step=step, value=value, user=user)
 
     def _step(self, text: str, number: int) -> int:

@@ -181,7 +181,8 @@ def _write(sink: IO[str], text: str, *, durable: bool, path: Path | None) -> Non
 
 
 def describe(counter: Counter) -> str:
-    """One line for the operator: the mechanism, why, its expected errors (public facts only)."""
+    """One line for the operator: the mechanism, why, its expected errors and what the intervals
+    cover (public facts only)."""
     summary = counter.summary
     expected = summary.get("expected") or {}
     inner = counter.counter
@@ -194,13 +195,18 @@ def describe(counter: Counter) -> str:
             f": MaxSE {expected['max_se']:.6g} (std ≤ {expected['max_se'] ** 0.5:.4g}), "
             f"MeanSE {expected['mean_se']:.6g} (rms std {expected['mean_se'] ** 0.5:.4g})"
         )
-    return line
+    return line + "; intervals cover the noise on the bounded count (values ≤ m, after --invalid), not the raw data"
 
 
 def metadata(counter: Counter, *, beta: float, policy: str) -> dict:
     """The run's metadata for headers and sidecars: what runs, its privacy unit (one step's
-    whole value, at most m), and the policy on invalid input."""
-    from pure_dp_mf.engines.keyed import UNIT_WORDS
+    whole value, at most m), what its intervals cover (the noise on the count as admitted) and the
+    policy on invalid input."""
+    from pure_dp_mf.engines.keyed import INTERVAL_WORDS, UNIT_WORDS
 
-    unit = {"privacy_unit": "step", "privacy_unit_meaning": UNIT_WORDS["step"].format(m=counter.counter.max_value)}
+    unit = {
+        "privacy_unit": "step",
+        "privacy_unit_meaning": UNIT_WORDS["step"].format(m=counter.counter.max_value),
+        "interval_meaning": INTERVAL_WORDS,
+    }
     return json.loads(json.dumps({**counter.summary, **unit, "beta": beta, "invalid": policy}, default=str))
