@@ -159,6 +159,8 @@ def _count_on_spark(
         )
     from pure_dp_mf.engines.spark import count_file_on_spark
 
+    if rng is not None and rng.seeded:  # as the local engine says it (the output's metadata says it too)
+        error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
     count_file_on_spark(
         input_file=input_file,
         keys=keys,
