@@ -173,19 +173,30 @@ def spark_cli(*arguments: str, env: dict | None = None) -> subprocess.CompletedP
 
 
 @pytest.mark.slow
-def test_count_on_spark_claims_its_publication_and_a_seeded_run_says_so(ledger_url, tmp_path):
+def test_count_on_spark_run_again_reproduces_its_output_and_refuses_changed_input(ledger_url, tmp_path):
+    """``count --engine spark --key-file``: the same job on the same input writes the same bytes;
+    on changed input it is refused before anything is written; a seeded run says so."""
     (tmp_path / "keys.txt").write_text("\n".join(KEYS) + "\n")
     (tmp_path / "events.csv").write_text("uid,country,day,value\n" + "".join(f"{u},{k},{d},{v}\n" for u, k, d, v in ROWS))
-    run = ["count", str(tmp_path / "events.csv"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
-    run += ["--step-column", "day", "--column", "value", "--max-value", "2", "--epsilon", "1", "--horizon", "8"]
-    run += ["--base", BASE, "--engine", "spark", "--format", "csv"]
-    private = spark_cli(*run, "--output", str(tmp_path / "private.csv"))
-    assert private.returncode == 0, private.stderr[-3000:]
+    corrected = [*ROWS[:1], ("u2", "fr", 1, 1), *ROWS[2:]]  # day 1 corrected
+    (tmp_path / "corrected.csv").write_text("uid,country,day,value\n" + "".join(f"{u},{k},{d},{v}\n" for u, k, d, v in corrected))
+    run = ["--key-column", "country", "--keys", str(tmp_path / "keys.txt"), "--step-column", "day", "--column", "value"]
+    run += ["--max-value", "2", "--epsilon", "1", "--horizon", "8", "--base", BASE, "--engine", "spark", "--format", "csv"]
+    key = ["--key-file", str(tmp_path / "daily.key")]
+    first = spark_cli("count", str(tmp_path / "events.csv"), *run, *key, "--output", str(tmp_path / "one.csv"))
+    assert first.returncode == 0, first.stderr[-3000:]
     book = ledger.open_ledger()
-    (name, spec), *others = book._retrying(lambda run: run("SELECT name, spec FROM publications"))
-    assert not others and name.startswith("key ") and json.loads(spec)["engine"] == "keyed"
-    assert book.released_steps(name) == 8  # the run's fresh key left the process (to the executors): claimed
-    seeded = spark_cli(*run, "--seed", "3", "--output", str(tmp_path / "seeded.csv"))
+    publication = str((tmp_path / "daily.key").resolve())
+    assert book.publication(publication)["spec"]["engine"] == "keyed" and book.released_steps(publication) == 8
+    again = spark_cli("count", str(tmp_path / "events.csv"), *run, *key, "--output", str(tmp_path / "two.csv"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
+    refused = spark_cli("count", str(tmp_path / "corrected.csv"), *run, *key, "--output", str(tmp_path / "three.csv"))
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+    assert refused.returncode == 2 and refused.stdout == "" and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert len(errors) == 1 and "step 1 of the publication" in errors[0] and "released from other input" in errors[0]
+    assert not (tmp_path / "three.csv").exists() and not (tmp_path / "three.csv.meta.json").exists()
+    seeded = spark_cli("count", str(tmp_path / "events.csv"), *run, "--seed", "3", "--output", str(tmp_path / "seeded.csv"))
     assert seeded.returncode == 0, seeded.stderr[-3000:]
     assert "warning: seeded noise (--seed): not for production, not private" in seeded.stderr
     assert json.loads((tmp_path / "seeded.csv.meta.json").read_text())["seeded"] is True

@@ -78,9 +78,17 @@ def private_running_counts(
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
-    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring). Nothing is computed
-    here but the input checks: write the DataFrame to a sink (``released.write.parquet(…)``) and
-    the executors release and write every shard's rows, none of them passing through the driver.
+    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring). Nothing is released
+    here: write the DataFrame to a sink (``released.write.parquet(…)``) and the executors release
+    and write every shard's rows, none of them passing through the driver.
+
+    The ledger (``engines.ledger``, docs/privacy.md, "Spark batch"): with a secure generator
+    the publication is claimed here, the scheduled events are read once into a local checkpoint
+    (the check, the digests and the release read those rows, never the source again), and the
+    digest of every step's input (``batch_digests``) is checked and recorded before this
+    returns: a run again on the same input releases the same rows, on changed input it raises
+    ``LedgerError`` and nothing is released. The result's ``count``, ``lower`` and ``upper``
+    columns carry ``{"pure_dp_mf": {"seeded", "private", "publication"}}`` in their metadata.
 
     Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
     other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
@@ -536,6 +544,10 @@ def private_running_counts_stream(
     ``generator`` must be the same at every restart of the query: a key file
     (``NoiseGenerator.from_key_file``), bound in the lineage registry to this query (``query``,
     default the stream's name; give the checkpoint location) so that no other query can use it.
+    The query's publication is claimed in the ledger here; each shard's released steps are
+    checked against it on the executor before its rows are emitted, and the checkpoint's state
+    holds the noise key's tag: a checkpoint deleted and run again on corrected data, or
+    restarted with another key file, is refused (docs/privacy.md, "Spark streaming").
 
     User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
     each user's contributions are bounded first, in the state store (``_bounded_users``)."""
