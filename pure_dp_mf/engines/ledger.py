@@ -454,11 +454,12 @@ def keyed_pair_sum(mac_key: bytes, *, step: int, keys: Sequence[str], values: An
         raise ValueError(f"{len(keys)} keys but values of shape {vector.shape}")
     base = hmac.new(mac_key, digestmod=hashlib.sha256)
     prefix = b"\x01" + int(step).to_bytes(8, "little")
+    nonzero = np.flatnonzero(vector)  # the keys with an input only: the others add nothing
     total = 0
-    for j in np.flatnonzero(vector).tolist():  # the keys with an input only: the others add nothing
+    for j, value in zip(nonzero.tolist(), vector[nonzero].tolist(), strict=True):
         encoded = keys[j].encode("utf-8")
         mac = base.copy()
-        mac.update(prefix + len(encoded).to_bytes(8, "little") + encoded + str(int(vector[j])).encode("ascii"))
+        mac.update(b"%b%b%b%d" % (prefix, len(encoded).to_bytes(8, "little"), encoded, value))
         total += int.from_bytes(mac.digest(), "big")
     return total
 
