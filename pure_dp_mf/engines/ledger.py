@@ -491,11 +491,12 @@ def keyed_step_digest(key: bytes, *, step: int, keys: Sequence[str], values: Any
     unknown to anyone without the publication's secret key). For two inputs of step t with pair
     sets S ≠ S′, D_t − D′_t = Σ_{S∖S′} F − Σ_{S′∖S} F, a sum in which at least one F value
     appears exactly once (each key appears at most once in each set): it is uniform on
-    ℤ/2²⁵⁶, so the two digests are equal with probability 2⁻²⁵⁶, also given the stored D_t (the
-    term F₀(t) keeps D_t uniform even for an all-zero step, and any S′ ≠ S has a pair outside S or
-    leaves a pair of S out, which makes the difference uniform given D_t). Equal inputs give
-    equal digests. So, up to the PRF advantage, a changed input is never recorded as the stored
-    one, and the ledger, which holds one uniform value per step, learns nothing of the data."""
+    ℤ/2²⁵⁶, so the two digests are equal with probability 2⁻²⁵⁶. The stored D_t does not help:
+    F₀(t) appears in it alone, a one-time pad, so D_t is uniform and independent of every F
+    value (an all-zero step too). Equal inputs give equal digests. So, up to the PRF advantage,
+    a changed input is never recorded as the stored one, and the ledger, which holds one
+    uniform value per step, learns nothing of the data (docs/privacy.md, "The keyed step
+    digest")."""
     mac_key = keyed_mac_key(key)
     return keyed_digest(mac_key, step=step, total=keyed_pair_sum(mac_key, step=step, keys=keys, values=values), part=part)
 

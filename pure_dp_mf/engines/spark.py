@@ -227,9 +227,8 @@ def _publication_lineage(generator: NoiseGenerator) -> str | None:
         return None
     from pure_dp_mf.engines.registry import generator_tag
 
-    return hashlib.sha256(generator_tag(generator.key).encode() + b"\x00batch\x00" + generator.publication.encode()).hexdigest()[
-        :32
-    ]
+    run = generator_tag(generator.key).encode() + b"\x00batch\x00" + generator.publication.encode()
+    return hashlib.sha256(run).hexdigest()[:32]
 
 
 def publication_spec(settings: dict, *, keys: Sequence[str], **route) -> dict:
