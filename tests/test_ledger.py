@@ -408,6 +408,30 @@ def test_an_input_is_read_once(ledger_url, tmp_path):
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, (done.stdout, done.stderr)
 
 
+def test_count_with_a_key_file_reproduces_a_keyed_run_and_refuses_other_input(ledger_url, tmp_path):
+    """``count --key-column … --key-file``: the key file's publication is run again on the same
+    event rows with the same output, and on corrected rows it is refused at the first changed
+    step (the steps before it are reproductions, printed as they were)."""
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    (tmp_path / "a.csv").write_text("country,day\nde,1\nfr,2\nde,3\n")
+    (tmp_path / "b.csv").write_text("country,day\nde,1\nde,2\nde,3\n")  # day 2 corrected
+    run = ["--key-column", "country", "--step-column", "day", "--keys", str(tmp_path / "keys.txt")]
+    run += ["--epsilon", "1", "--horizon", "4", "--key-file", str(tmp_path / "daily.key")]
+    first = cli("count", str(tmp_path / "a.csv"), *run)
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 1 + 2 * 4, first.stderr
+    assert (tmp_path / "daily.key").stat().st_mode & 0o777 == 0o600
+    assert cli("count", str(tmp_path / "a.csv"), *run).stdout == first.stdout  # the same rows, bit for bit
+    corrected = cli("count", str(tmp_path / "b.csv"), *run)
+    name = str((tmp_path / "daily.key").resolve())
+    one_error(corrected, f"step 2 of the publication {name!r} was released from other input", "make a new publication")
+    assert first.stdout.startswith(corrected.stdout) and len(corrected.stdout.splitlines()) == 1 + 2  # step 1 only
+    one_error(cli("count", str(tmp_path / "a.csv"), *run, "--seed", "1"), "--key-file and --seed")
+    one_error(cli("count", str(tmp_path / "a.csv"), *run, "--state", str(tmp_path / "s.db")), "--key-file and --state")
+    one_error(
+        cli("count", "--epsilon", "1", "--key-file", str(tmp_path / "daily.key"), stdin="1\n"), "--key-file is for event rows"
+    )
+
+
 def test_every_output_of_a_seeded_run_says_so(ledger_url, tmp_path):
     state, output = tmp_path / "s.db", tmp_path / "out.txt"
     done = cli(
