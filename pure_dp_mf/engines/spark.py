@@ -1069,7 +1069,10 @@ def count_file_on_spark(
 
     An existing non-empty ``--output`` is refused before Spark starts (as the local engine
     refuses it); nothing is created at ``--output`` unless the job succeeds. A Spark failure is
-    one ``error:`` line naming the setting to change (``spark_error``)."""
+    one ``error:`` line naming the setting to change (``spark_error``). The run's publication is
+    claimed and every step's input checked in the ledger before any shard is released, as in
+    ``private_running_counts`` (``_shard_groups``): with ``--key-file`` a run again on the same
+    input writes the same bytes, on changed input it is refused and nothing is written."""
     import shutil
     import tempfile
     from pathlib import Path
