@@ -15,11 +15,21 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SAFETY_LIMIT, run_cli
 
 from pure_dp_mf.engines import ledger
-from pure_dp_mf.engines.ledger import Ledger, LedgerError, Publication, step_digest
+from pure_dp_mf.engines.ledger import (
+    Ledger,
+    LedgerError,
+    Publication,
+    keyed_digest,
+    keyed_mac_key,
+    keyed_pair_sum,
+    keyed_step_digest,
+    step_digest,
+)
 from pure_dp_mf.engines.registry import generator_tag
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +118,46 @@ def test_two_processes_recording_different_inputs_for_one_step_one_wins(ledger_u
         for worker in workers:
             worker.join(timeout=SAFETY_LIMIT)
         assert answers == ["refused", "won"]
+
+
+# ---------------------------------------------------------------------------------- the keyed step digest (local keyed and Spark)
+
+
+def test_the_keyed_step_digest_is_a_mac_of_the_inputs_in_any_order_and_sums_over_shards():
+    key, other = bytes([7]) * 32, bytes([8]) * 32
+    keys, values = ["de", "fr", "it", "es"], np.array([3, 0, 1, 2])
+    digest = keyed_step_digest(key, step=4, keys=keys, values=values)
+    order = [2, 0, 3, 1]
+    assert keyed_step_digest(key, step=4, keys=[keys[i] for i in order], values=values[order]) == digest
+    mac_key = keyed_mac_key(key)  # shards computed apart add up to the whole step's digest
+    shards = sum(keyed_pair_sum(mac_key, step=4, keys=keys[i : i + 2], values=values[i : i + 2]) for i in (0, 2))
+    assert keyed_digest(mac_key, step=4, total=shards) == digest
+    changed = [values.copy() for _ in range(4)]
+    changed[0][1] = 1  # a key with no input gets one
+    changed[1][0] = 2  # an input changes
+    changed[2][:] = 0  # every input removed
+    changed[3][[0, 3]] = changed[3][[3, 0]]  # two keys swap their inputs
+    digests = {keyed_step_digest(key, step=4, keys=keys, values=v) for v in changed}
+    assert digest not in digests and len(digests) == 4
+    assert keyed_step_digest(key, step=5, keys=keys, values=values) != digest  # another step
+    assert keyed_step_digest(other, step=4, keys=keys, values=values) != digest  # keyed: no guessing the inputs
+    assert keyed_step_digest(key, step=4, keys=keys, values=values, part=0) != digest  # a stream's shard: its own digest
+    empty = keyed_step_digest(key, step=4, keys=keys, values=np.zeros(4, dtype=np.int64))
+    assert len(empty) == 64 and int(empty, 16) != 0  # an empty step is no public constant
+
+
+def test_keyed_counters_record_the_keyed_step_digest(ledger_url):
+    from pure_dp_mf.engines.generator import NoiseGenerator
+    from pure_dp_mf.engines.keyed import KeyedCounters
+
+    rng = NoiseGenerator.secure()
+    counters = KeyedCounters(keys=["de", "fr"], epsilon=1.0, horizon=4, rng=rng, _lineage="L-digest")
+    counters.release(np.array([2, 0]))
+    name = counters._guard.name
+    expected = keyed_step_digest(rng.key, step=0, keys=["de", "fr"], values=[2, 0])
+    assert ledger.open_ledger().record(name, first=0, digests=[expected]) == 0  # the stored digest is this one
+    with pytest.raises(LedgerError, match="step 1 of the publication"):
+        ledger.open_ledger().record(name, first=0, digests=[keyed_step_digest(rng.key, step=0, keys=["de", "fr"], values=[0, 2])])
 
 
 # ---------------------------------------------------------------------------------- the attacks
@@ -356,6 +406,30 @@ def test_an_input_is_read_once(ledger_url, tmp_path):
     script = f"{sys.executable!s} -c '{command}' count --epsilon 1 --horizon 4 --seed 1 <(printf '1\\n0\\n1\\n')"
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=SAFETY_LIMIT)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, (done.stdout, done.stderr)
+
+
+def test_count_with_a_key_file_reproduces_a_keyed_run_and_refuses_other_input(ledger_url, tmp_path):
+    """``count --key-column … --key-file``: the key file's publication is run again on the same
+    event rows with the same output, and on corrected rows it is refused at the first changed
+    step (the steps before it are reproductions, printed as they were)."""
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    (tmp_path / "a.csv").write_text("country,day\nde,1\nfr,2\nde,3\n")
+    (tmp_path / "b.csv").write_text("country,day\nde,1\nde,2\nde,3\n")  # day 2 corrected
+    run = ["--key-column", "country", "--step-column", "day", "--keys", str(tmp_path / "keys.txt")]
+    run += ["--epsilon", "1", "--horizon", "4", "--key-file", str(tmp_path / "daily.key")]
+    first = cli("count", str(tmp_path / "a.csv"), *run)
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 1 + 2 * 4, first.stderr
+    assert (tmp_path / "daily.key").stat().st_mode & 0o777 == 0o600
+    assert cli("count", str(tmp_path / "a.csv"), *run).stdout == first.stdout  # the same rows, bit for bit
+    corrected = cli("count", str(tmp_path / "b.csv"), *run)
+    name = str((tmp_path / "daily.key").resolve())
+    one_error(corrected, f"step 2 of the publication {name!r} was released from other input", "make a new publication")
+    assert first.stdout.startswith(corrected.stdout) and len(corrected.stdout.splitlines()) == 1 + 2  # step 1 only
+    one_error(cli("count", str(tmp_path / "a.csv"), *run, "--seed", "1"), "--key-file and --seed")
+    one_error(cli("count", str(tmp_path / "a.csv"), *run, "--state", str(tmp_path / "s.db")), "--key-file and --state")
+    one_error(
+        cli("count", "--epsilon", "1", "--key-file", str(tmp_path / "daily.key"), stdin="1\n"), "--key-file is for event rows"
+    )
 
 
 def test_every_output_of_a_seeded_run_says_so(ledger_url, tmp_path):

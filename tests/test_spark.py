@@ -14,6 +14,7 @@ pd = pytest.importorskip("pandas")
 
 from conftest import SAFETY_LIMIT  # noqa: E402
 
+from pure_dp_mf.engines import ledger  # noqa: E402
 from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed  # noqa: E402
 from pure_dp_mf.engines.spark import private_running_counts  # noqa: E402
@@ -217,7 +218,7 @@ query.awaitTermination()
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("unit", "horizon"), [("event", 40), ("user", None)])
-def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, unit, horizon):
+def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path, monkeypatch, unit, horizon):
     """A streaming query killed mid-run and restarted releases every step once, the local
     engine's values; with a horizon (event level) and without one (user level, anytime)."""
     import signal
@@ -267,6 +268,9 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     got = [(r.key, int(r.step), int(r["count"]), int(r.lower), int(r.upper)) for _, r in released.iterrows()]
     assert len(got) == len({(key, step) for key, step, *_ in got})  # no step released twice
     keys = ["de", "fr", "it", "es"]
+    # The local engine's values from the query's key, in a ledger of their own: in the query's
+    # ledger the key serves the stream's publication, which no other route releases.
+    monkeypatch.setenv(ledger.LEDGER_ENV, f"sqlite://{tmp_path / 'local-ledger.sqlite3'}")
     generator = NoiseGenerator.from_key_file(tmp_path / "noise.key", query=str(tmp_path) + "/checkpoint")
     assert not generator.seeded and (tmp_path / "noise.key").stat().st_mode & 0o777 == 0o600
     options = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}

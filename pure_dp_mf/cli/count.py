@@ -133,6 +133,12 @@ _LEDGER = typer.Option(
     help="the ledger of publications (postgresql://… for jobs on several machines, sqlite:///path); default "
     "$PURE_DP_MF_LEDGER, else the lineage registry's file",
 )
+_KEY_FILE = typer.Option(
+    None,
+    "--key-file",
+    help="event rows: the noise key in this file (created when missing, mode 0600; keep it secret), one publication "
+    "in the ledger: a run again on the same input reproduces its output, on other input it is refused",
+)
 _PLOT = typer.Option(None, "--plot", help="draw the released series and its band into this PNG (with --output, csv)")
 _BAND = typer.Option(
     "step",
@@ -188,6 +194,7 @@ def count(
     plot: Path = _PLOT,
     band: str = _BAND,
     ledger: str = _LEDGER,
+    key_file: Path = _KEY_FILE,
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
 
@@ -404,6 +411,7 @@ def _refuse_keyed_flags(
     key_column: str | None,
     through: str | None,
     operator_log: Path | None,
+    key_file: Path | None,
 ) -> None:
     """The flags of event rows, refused for one count per line (one error naming the flag).
     ``key_column`` and ``step_column`` are None here; --through is refused (every input line is
@@ -423,6 +431,7 @@ def _refuse_keyed_flags(
         "--start": start,
         "--step-size": step_size,
         "--through": through,
+        "--key-file": key_file,
     }
     for flag, value in given.items():
         if value is not None:

@@ -49,6 +49,7 @@ def count_keyed(
     budget: str | None = None,
     operator_log_file: Path | None = None,
     simultaneous: bool = False,
+    key_file: Path | None = None,
 ) -> None:
     """The event-row run of ``count`` (see the module docstring); every option is checked first.
     Without --key-column the rows are one stream (one key, not shown); the unit defaults to event."""
@@ -61,7 +62,9 @@ def count_keyed(
     through_step = public_schedule(horizon, through, calendar=calendar)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
-    rng = NoiseGenerator.from_seed(seed) if seed is not None else None
+    if seed is not None and key_file is not None:
+        raise InvalidInputError("--key-file and --seed: a key file holds a secure key, a seed a public one; give one of them")
+    rng = NoiseGenerator.from_seed(seed) if seed is not None else _key_file_generator(key_file, state=state)
     columns: dict[str, Any] = {
         "key_column": key_column,
         "step_column": step_column,
@@ -118,6 +121,18 @@ def count_keyed(
     operator_log(operator_log_file, counters=counters, reader=reader)
 
 
+def _key_file_generator(key_file: Path | None, *, state: Path | None) -> NoiseGenerator | None:
+    """--key-file: the run's secure key from the file (``NoiseGenerator.from_key_file``, created
+    when missing), serving one publication in the ledger, named after the file's absolute path."""
+    if key_file is None:
+        return None
+    if state is not None:
+        raise InvalidInputError("--key-file and --state: a state holds its own key; give one of them")
+    if key_file.is_dir():
+        raise InvalidInputError(f"--key-file {key_file} is a folder, not a file")
+    return NoiseGenerator.from_key_file(key_file, query=str(key_file.resolve()))
+
+
 def _check_unit_flags(*, step_column: str | None, user_column: str | None, privacy_unit: str) -> None:
     """The flags that name the columns, checked against the privacy unit."""
     if step_column is None:
@@ -159,6 +174,8 @@ def _count_on_spark(
         )
     from pure_dp_mf.engines.spark import count_file_on_spark
 
+    if rng is not None and rng.seeded:  # as the local engine says it (the output's metadata says it too)
+        error_console.print("warning: seeded noise (--seed): not for production, not private", markup=False)
     count_file_on_spark(
         input_file=input_file,
         keys=keys,

@@ -128,6 +128,11 @@ MAX_ANYTIME_THROUGH = 10**9
 every step, so a schedule past it cannot finish."""
 
 
+def keys_sha256(keys: Sequence[str]) -> str:
+    """The sha256 of a checked key list (JSON): a publication's keys, in its spec and states."""
+    return hashlib.sha256(json.dumps(list(keys)).encode()).hexdigest()
+
+
 def check_keys(keys: Iterable[str], *, maximum: int | None = None) -> list[str]:
     """The public key list, each key normalised (``normalise_key``): non-empty, no duplicates, no
     empty key, at most ``maximum`` keys; a string is refused (it is one key, not a list of its
@@ -356,7 +361,7 @@ class KeyedCounters(_KeyedState):
             raise InvalidInputError(f"the mechanism is for horizon {self.mechanism.horizon}, not {self.horizon}")
         self.base_file = self.mechanism.record.get("base")
         self.metric = metric
-        self._keys_sha256 = hashlib.sha256(json.dumps(self.keys).encode()).hexdigest()
+        self._keys_sha256 = keys_sha256(self.keys)
         anytime = self.mechanism.kind == "anytime"
         step_sensitivity, sensitivity = self._bounds(max_keys=max_keys, max_per_key=max_per_key, anytime=anytime)
         generators = [self.rng.child(key) for key in self.keys]
@@ -404,11 +409,13 @@ class KeyedCounters(_KeyedState):
     def claim_steps(self, first: int, increments: Sequence) -> Any:
         """Before the 0-based steps first, … are drawn: the ledger's check of every key's input at
         each step (for a key that left the process, ``ledger.guard_for``; one digest per step over
-        the vector of every key's input, the keys fixed by the publication), and the pending budget
-        charge, charged now without a state or returned for the journal commit (one transaction)."""
+        every key's input, ``ledger.keyed_step_digest``, the one Spark batch computes on its
+        executors, so a publication run here and on Spark is reproduced or refused alike), and the
+        pending budget charge, charged now without a state or returned for the journal commit (one
+        transaction)."""
         guard = ledger.guard_for(self, self.publication_spec)
         if guard is not None:
-            guard.check(first=first, inputs=[np.asarray(row, dtype="<i8").tobytes() for row in increments])
+            guard.check_keyed(first=first, keys=self.keys, increments=[np.asarray(row, dtype=np.int64) for row in increments])
         return charge_with_release(self)
 
     def _bounds(self, *, max_keys: int | None, max_per_key: int | None, anytime: bool) -> tuple[int, Fraction | None]:

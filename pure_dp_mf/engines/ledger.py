@@ -61,12 +61,16 @@ from pure_dp_mf.errors import PureDPMFError
 LEDGER_ENV = "PURE_DP_MF_LEDGER"
 UNRECORDED = "unrecorded"  # the digest of a step released before its key left its process
 _DIGEST_DOMAIN = b"pure_dp_mf ledger step digest v1\x00"
+_KEYED_DOMAIN = b"pure_dp_mf ledger keyed step digest v1\x00"
+_MODULUS = 1 << 256
 _RETRIES = 20
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS publications (name TEXT PRIMARY KEY, key_tag TEXT NOT NULL UNIQUE, spec TEXT, "
     "budget TEXT, corrects TEXT, created DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE IF NOT EXISTS published_steps (publication TEXT NOT NULL, step BIGINT NOT NULL, digest TEXT NOT NULL, "
     "PRIMARY KEY (publication, step))",
+    "CREATE TABLE IF NOT EXISTS published_parts (publication TEXT NOT NULL, part BIGINT NOT NULL, step BIGINT NOT NULL, "
+    "digest TEXT NOT NULL, PRIMARY KEY (publication, part, step))",
     "CREATE TABLE IF NOT EXISTS lineage_homes (lineage TEXT PRIMARY KEY, home TEXT NOT NULL, updated DOUBLE PRECISION NOT NULL)",
     "CREATE TABLE IF NOT EXISTS ledger_log (at DOUBLE PRECISION NOT NULL, event TEXT NOT NULL, detail TEXT NOT NULL)",
 )
@@ -252,20 +256,31 @@ class Ledger:
 
         return self._retrying(claim_in)
 
-    def record(self, name: str, *, first: int, digests: Sequence[str]) -> int:
+    def record(self, name: str, *, first: int, digests: Sequence[str], part: int | None = None) -> int:
         """Check the input digests of the 0-based steps first, first + 1, … of publication ``name``
         against the ledger and insert the new ones (one serializable transaction); returns how many
         were new. A step recorded with another digest is refused (``LedgerError``) and nothing is
-        inserted: the caller releases nothing of the call."""
+        inserted: the caller releases nothing of the call. ``part``: the digests are of one part
+        of each step's input (a Spark stream's shard of keys, ``keyed_step_digest``), checked
+        against that part's own records."""
         stop = first + len(digests)
+        where = "" if part is None else f" (shard {int(part)})"
 
         def record_in(run) -> int:
-            known = dict(
-                run(
-                    "SELECT step, digest FROM published_steps WHERE publication = ? AND step >= ? AND step < ?",
-                    (name, first, stop),
+            if part is None:
+                known = dict(
+                    run(
+                        "SELECT step, digest FROM published_steps WHERE publication = ? AND step >= ? AND step < ?",
+                        (name, first, stop),
+                    )
                 )
-            )
+            else:
+                known = dict(
+                    run(
+                        "SELECT step, digest FROM published_parts WHERE publication = ? AND part = ? AND step >= ? AND step < ?",
+                        (name, int(part), first, stop),
+                    )
+                )
             for offset, digest in enumerate(digests):
                 stored = known.get(first + offset)
                 if stored == UNRECORDED and digest != UNRECORDED:
@@ -276,13 +291,16 @@ class Ledger:
                     )
                 if stored is not None and stored != digest:
                     raise LedgerError(
-                        f"step {first + offset + 1} of the publication {name!r} was released from other input: its noise "
+                        f"step {first + offset + 1} of the publication {name!r}{where} was released from other input: its noise "
                         f"cannot be used on another input (the difference would be revealed); refused, nothing released; "
                         f"{correction_hint(name)}"
                     )
-            fresh = [(name, first + offset, digest) for offset, digest in enumerate(digests) if first + offset not in known]
-            for row in fresh:
-                run("INSERT INTO published_steps VALUES (?, ?, ?)", row)
+            fresh = [(first + offset, digest) for offset, digest in enumerate(digests) if first + offset not in known]
+            for step, digest in fresh:
+                if part is None:
+                    run("INSERT INTO published_steps VALUES (?, ?, ?)", (name, step, digest))
+                else:
+                    run("INSERT INTO published_parts VALUES (?, ?, ?, ?)", (name, int(part), step, digest))
             return len(fresh)
 
         return self._retrying(record_in)
@@ -418,6 +436,71 @@ def step_digest(key: bytes, *, step: int, data: bytes) -> str:
     return hmac.new(mac_key, int(step).to_bytes(8, "little") + data, hashlib.sha256).hexdigest()
 
 
+def keyed_mac_key(key: bytes) -> bytes:
+    """The MAC key of the keyed step digest (``keyed_step_digest``), derived from the publication's
+    secret key in a domain of its own (not ``step_digest``'s, not the noise's)."""
+    return hashlib.sha256(_KEYED_DOMAIN + key).digest()
+
+
+def keyed_pair_sum(mac_key: bytes, *, step: int, keys: Sequence[str], values: Any) -> int:
+    """Σ F(step, key, value) over the pairs (key, value) of one step whose value is not 0, as an
+    integer (not reduced: partial sums of several shards add up), F = HMAC-SHA256 under
+    ``mac_key`` of 0x01 ‖ step (8 bytes) ‖ the key's UTF-8 length (8 bytes) ‖ the key ‖ the
+    value in ASCII decimal, read as a 256-bit integer (``keyed_step_digest``)."""
+    import numpy as np
+
+    vector = np.asarray(values)
+    if vector.shape != (len(keys),):
+        raise ValueError(f"{len(keys)} keys but values of shape {vector.shape}")
+    base = hmac.new(mac_key, digestmod=hashlib.sha256)
+    prefix = b"\x01" + int(step).to_bytes(8, "little")
+    nonzero = np.flatnonzero(vector)  # the keys with an input only: the others add nothing
+    total = 0
+    for j, value in zip(nonzero.tolist(), vector[nonzero].tolist(), strict=True):
+        encoded = keys[j].encode("utf-8")
+        mac = base.copy()
+        mac.update(b"%b%b%b%d" % (prefix, len(encoded).to_bytes(8, "little"), encoded, value))
+        total += int.from_bytes(mac.digest(), "big")
+    return total
+
+
+def keyed_digest(mac_key: bytes, *, step: int, total: int, part: int | None = None) -> str:
+    """The keyed step digest of 0-based ``step`` from the sum of its pairs' PRF values ``total``
+    (``keyed_pair_sum``, summed over every shard): (F₀(step[, part]) + total) mod 2²⁵⁶ as 64 hex
+    digits, F₀ = HMAC-SHA256 under ``mac_key`` of 0x00 ‖ step (8 bytes) [‖ "part" ‖ part (8 bytes)]."""
+    label = b"\x00" + int(step).to_bytes(8, "little") + (b"" if part is None else b"part" + int(part).to_bytes(8, "little"))
+    term = int.from_bytes(hmac.new(mac_key, label, hashlib.sha256).digest(), "big")
+    return format((term + int(total)) % _MODULUS, "064x")
+
+
+def keyed_step_digest(key: bytes, *, step: int, keys: Sequence[str], values: Any, part: int | None = None) -> str:
+    """The digest of one step of a keyed publication: the input of every key at 0-based ``step``,
+    ``values[j]`` the input of ``keys[j]``. One definition for every keyed route (local
+    ``KeyedCounters``, Spark batch, which sums it over its shards on the executors, and with
+    ``part`` a Spark stream's shard of keys):
+
+        D_t = (F₀(t) + Σ_{(k, v): v ≠ 0} F(t, k, v)) mod 2²⁵⁶,
+
+    F₀ and F HMAC-SHA256 under a key derived from the publication's secret key
+    (``keyed_mac_key``), on disjoint messages (``keyed_digest``, ``keyed_pair_sum``). It is a MAC
+    of the set of pairs (key, value ≠ 0), which determines the input vector because the keys are
+    fixed by the publication (its ``keys_sha256``); the order of the pairs does not matter, so
+    shards computed anywhere add up to the same digest, and no per-key record is stored.
+
+    Why it is sound. Model F₀ and F as a random function (HMAC-SHA256 is a PRF, and its key is
+    unknown to anyone without the publication's secret key). For two inputs of step t with pair
+    sets S ≠ S′, D_t − D′_t = Σ_{S∖S′} F − Σ_{S′∖S} F, a sum in which at least one F value
+    appears exactly once (each key appears at most once in each set): it is uniform on
+    ℤ/2²⁵⁶, so the two digests are equal with probability 2⁻²⁵⁶. The stored D_t does not help:
+    F₀(t) appears in it alone, a one-time pad, so D_t is uniform and independent of every F
+    value (an all-zero step too). Equal inputs give equal digests. So, up to the PRF advantage,
+    a changed input is never recorded as the stored one, and the ledger, which holds one
+    uniform value per step, learns nothing of the data (docs/privacy.md, "The keyed step
+    digest")."""
+    mac_key = keyed_mac_key(key)
+    return keyed_digest(mac_key, step=step, total=keyed_pair_sum(mac_key, step=step, keys=keys, values=values), part=part)
+
+
 class Guard:
     """A counter's claim on its publication: ``check(first=, inputs=)`` before steps are released.
 
@@ -437,6 +520,17 @@ class Guard:
     def check(self, *, first: int, inputs: Sequence[bytes]) -> None:
         """Record the inputs (canonical bytes) of the 0-based steps first, … (``Ledger.record``)."""
         digests = [step_digest(self.key, step=first + i, data=data) for i, data in enumerate(inputs)]
+        self.ledger.record(self.name, first=first, digests=digests)
+
+    def check_keyed(self, *, first: int, keys: Sequence[str], increments: Sequence[Any]) -> None:
+        """Record every key's input at the 0-based steps first, …: ``increments[i][j]`` the input of
+        ``keys[j]`` at step first + i (``keyed_step_digest``)."""
+        digests = [keyed_step_digest(self.key, step=first + i, keys=keys, values=row) for i, row in enumerate(increments)]
+        self.ledger.record(self.name, first=first, digests=digests)
+
+    def record(self, *, first: int, digests: Sequence[str]) -> None:
+        """Record digests computed elsewhere (Spark's executors, ``keyed_digest``) for the 0-based
+        steps first, …"""
         self.ledger.record(self.name, first=first, digests=digests)
 
     def extend(self, spec: dict) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from pure_dp_mf.engines.generator import NoiseGenerator
-from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, public_schedule
+from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, keys_sha256, public_schedule
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.validation import check_size
 
@@ -78,9 +78,17 @@ def private_running_counts(
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
-    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring). Nothing is computed
-    here but the input checks: write the DataFrame to a sink (``released.write.parquet(…)``) and
-    the executors release and write every shard's rows, none of them passing through the driver.
+    ``mechanisms.anytime``) as a Spark DataFrame (see the module docstring). Nothing is released
+    here: write the DataFrame to a sink (``released.write.parquet(…)``) and the executors release
+    and write every shard's rows, none of them passing through the driver.
+
+    The ledger (``engines.ledger``, docs/privacy.md, "Spark batch"): with a secure generator
+    the publication is claimed here, the scheduled events are read once into a local checkpoint
+    (the check, the digests and the release read those rows, never the source again), and the
+    digest of every step's input (``batch_digests``) is checked and recorded before this
+    returns: a run again on the same input releases the same rows, on changed input it raises
+    ``LedgerError`` and nothing is released. The result's ``count``, ``lower`` and ``upper``
+    columns carry ``{"pure_dp_mf": {"seeded", "private", "publication"}}`` in their metadata.
 
     Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
     other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
@@ -111,7 +119,19 @@ def private_running_counts(
         invalid=invalid,
         keys_per_shard=keys_per_shard,
     )
-    return grouped.applyInPandas(lambda frame: _release_shard(frame, through=through, settings=settings), RELEASE_SCHEMA)
+    released = grouped.applyInPandas(lambda frame: _release_shard(frame, through=through, settings=settings), RELEASE_SCHEMA)
+    return _marked(released, settings)
+
+
+def _marked(released: Any, settings: dict) -> Any:
+    """The released DataFrame with what made it in the metadata of its released columns (count,
+    lower, upper), as the pandas function's ``attrs``: ``seeded`` (True: not private), ``private``,
+    and the ledger's ``publication`` (None when seeded). It travels with the schema, into
+    Parquet files the DataFrame is written to."""
+    mark = {"seeded": settings["seeded"], "private": not settings["seeded"], "publication": settings.get("publication")}
+    for column in ("count", "lower", "upper"):
+        released = released.withMetadata(column, {"pure_dp_mf": mark})
+    return released
 
 
 def _shard_groups(
@@ -159,6 +179,7 @@ def _shard_groups(
     through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through)
     settings = _run_settings(
         generator=generator,
+        lineage=_publication_lineage(generator),
         beta=beta,
         epsilon=epsilon,
         horizon=horizon,
@@ -169,6 +190,7 @@ def _shard_groups(
         max_keys=max_keys,
         max_per_key=max_per_key,
     )
+    guard = None if generator.seeded else _claim(generator, settings=settings, keys=keys)
     key_table = _key_table(spark, keys, keys_per_shard)
     table = _scheduled(
         events,
@@ -179,18 +201,109 @@ def _shard_groups(
         user_column=user_column,
         through=through,
     )
+    if guard is not None:
+        table = _read_once(table)
     table = _apply_policy(table, invalid=invalid, max_value=max_value)
     if privacy_unit == "user":
         table = table.groupBy("user").applyInPandas(
             lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value),
             "key string, step long, value long, position long, shard long",
         )
+    if guard is not None:
+        guard.record(first=0, digests=batch_digests(table, key=generator.key, through=through))
     kept = table.select(F.lit(None).cast("string").alias("key"), "position", "shard", "step", "value")
     key_rows = key_table.select(
         "key", "position", "shard", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value")
     )
     shards = -(-len(keys) // keys_per_shard)
     return kept.unionByName(key_rows).repartition(shards, "shard").groupBy("shard"), settings, through
+
+
+def _publication_lineage(generator: NoiseGenerator) -> str | None:
+    """The lineage of a batch run on a key file's publication: the same at every run of it (a
+    re-run in one process is checked by the ledger, not refused as a second counter on the key);
+    None (a fresh lineage) for any other generator."""
+    if generator.seeded or generator.publication is None:
+        return None
+    from pure_dp_mf.engines.registry import generator_tag
+
+    run = generator_tag(generator.key).encode() + b"\x00batch\x00" + generator.publication.encode()
+    return hashlib.sha256(run).hexdigest()[:32]
+
+
+def publication_spec(settings: dict, *, keys: Sequence[str], **route) -> dict:
+    """The publication a Spark run releases: the local engine's (``KeyedCounters.publication_spec``
+    for the same keys and options, so a publication run locally and on Spark batch is one
+    publication), with ``route`` (a stream's shards) added when given."""
+    template = KeyedCounters(keys=["template"], rng=NoiseGenerator.from_seed(0), _lineage="spec", **_mechanism_settings(settings))
+    return {**template.publication_spec(), "keys_sha256": keys_sha256(keys), **route}
+
+
+def _claim(generator: NoiseGenerator, *, settings: dict, keys: Sequence[str], **route) -> Any:
+    """The driver's claim on the run's publication (``ledger.Guard``), once, before any executor
+    draws; the publication's name goes into ``settings`` (the result's mark)."""
+    from pure_dp_mf.engines.ledger import Guard
+
+    guard = Guard(rng=generator, spec=publication_spec(settings, keys=keys, **route))
+    settings["publication"] = guard.name
+    return guard
+
+
+def _read_once(table: Any) -> Any:
+    """The scheduled events, read from the source once: checkpointed in the executors' block
+    stores (``localCheckpoint``, eager: one job reads the source now), so that the input check,
+    the digests recorded in the ledger and the release all read these rows, never the source
+    again. A local checkpoint is not recomputed: a lost block fails the job, it never re-reads a
+    source that may have changed since."""
+    from pyspark import StorageLevel
+
+    return table.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+
+
+_LIMBS = 8  # a 256-bit sum travels as eight 32-bit limbs in long columns (Spark has no 256-bit sum)
+
+
+def batch_digests(table: Any, *, key: bytes, through: int) -> list[str]:
+    """The keyed step digests (``ledger.keyed_step_digest``) of the 0-based steps 0 … through − 1
+    of a batch's kept events ``table`` (key, step, value, …), computed by Spark: each key's input
+    at each step summed (``groupBy``), the PRF value of every (key, step, input ≠ 0) summed per
+    step on the executors, and per step eight 32-bit limbs of the sum mod 2²⁵⁶ summed by
+    ``groupBy(step)``; only ``through`` rows of eight numbers reach the driver, no event. The
+    same digests as ``KeyedCounters.claim_steps`` for the same inputs."""
+    from pyspark.sql import functions as F
+
+    from pure_dp_mf.engines.ledger import keyed_digest, keyed_mac_key
+
+    mac_key = keyed_mac_key(key)
+    limbs = [f"l{i}" for i in range(_LIMBS)]
+    inputs = table.groupBy("key", "step").agg(F.sum("value").alias("value")).where(F.col("value") != 0)
+    sums = inputs.mapInPandas(
+        lambda frames: _digest_limbs(frames, mac_key=mac_key), "step long, " + ", ".join(f"{name} long" for name in limbs)
+    )
+    rows = sums.groupBy("step").agg(*(F.sum(name).alias(name) for name in limbs)).collect()
+    totals = {int(row["step"]): sum(int(row[name]) << (32 * i) for i, name in enumerate(limbs)) for row in rows}
+    return [keyed_digest(mac_key, step=step, total=totals.get(step + 1, 0)) for step in range(through)]
+
+
+def _digest_limbs(frames, *, mac_key: bytes):
+    """On an executor: the PRF sums (``ledger.keyed_pair_sum``) of a partition's (key, step, input)
+    rows per 1-based step, mod 2²⁵⁶, as one row (step, eight 32-bit limbs) per step."""
+    import pandas as pd
+
+    from pure_dp_mf.engines.ledger import keyed_pair_sum
+
+    totals: dict[int, int] = {}
+    for frame in frames:
+        for step, rows in frame.groupby("step", sort=False):
+            total = keyed_pair_sum(
+                mac_key, step=int(step) - 1, keys=rows["key"].tolist(), values=rows["value"].to_numpy(dtype=np.int64)
+            )
+            totals[int(step)] = (totals.get(int(step), 0) + total) % (1 << 256)
+    steps = sorted(totals)
+    columns = {"step": np.asarray(steps, dtype=np.int64)}
+    for i in range(_LIMBS):
+        columns[f"l{i}"] = np.asarray([(totals[step] >> (32 * i)) & 0xFFFFFFFF for step in steps], dtype=np.int64)
+    yield pd.DataFrame(columns)
 
 
 _INTEGER = "^-?[0-9]+(\\.0*)?$"
@@ -252,16 +365,19 @@ def _apply_policy(table, *, invalid: str, max_value: int):
     """The invalid events of the schedule: refused (one Spark job, before any release), dropped or clamped."""
     from pyspark.sql import functions as F
 
-    bad = F.col("step").isNull() | F.col("value").isNull() | (F.col("value") < 0) | (F.col("value") > max_value)
+    unparsed = F.col("step").isNull() | F.col("value").isNull()
+    if "user" in table.columns:  # an event without its user (``keyed.check_user``): never pooled into one user
+        unparsed = unparsed | F.col("user").isNull() | (F.trim(F.col("user")) == "")
+    bad = unparsed | (F.col("value") < 0) | (F.col("value") > max_value)
     if invalid == "refuse":
         count = table.where(bad).count()
         if count:
             raise InvalidInputError(
                 f"{count} event(s) of listed keys in the schedule have a step or value that is not an integer in range "
-                f"(value in [0, {max_value}]); nothing was released"
+                f"(value in [0, {max_value}]) or no user; nothing was released"
             )
         return table
-    parsed = table.where(F.col("step").isNotNull() & F.col("value").isNotNull())
+    parsed = table.where(~unparsed)
     if invalid == "clamp":
         return parsed.withColumn("value", F.least(F.greatest(F.col("value"), F.lit(0)), F.lit(max_value)).cast("long"))
     return parsed.where(~bad)
@@ -306,7 +422,7 @@ def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_val
     ordered = frame.sort_values(["step", "key", "value"], kind="stable")
     columns = (ordered[name] for name in ("user", "key", "step", "value", "position", "shard"))
     for user, key, step, value, position, shard in zip(*columns, strict=True):
-        kept = bounder.admit(str(user), int(position), int(step), int(value))
+        kept = bounder.admit(None if user is None else str(user), int(position), int(step), int(value))
         if kept:
             rows.append((key, int(step), kept, int(position), int(shard)))
     names = ["key", "step", "value", "position", "shard"]
@@ -430,6 +546,10 @@ def private_running_counts_stream(
     ``generator`` must be the same at every restart of the query: a key file
     (``NoiseGenerator.from_key_file``), bound in the lineage registry to this query (``query``,
     default the stream's name; give the checkpoint location) so that no other query can use it.
+    The query's publication is claimed in the ledger here; each shard's released steps are
+    checked against it on the executor before its rows are emitted, and the checkpoint's state
+    holds the noise key's tag: a checkpoint deleted and run again on corrected data, or
+    restarted with another key file, is refused (docs/privacy.md, "Spark streaming").
 
     User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
     each user's contributions are bounded first, in the state store (``_bounded_users``)."""
@@ -459,6 +579,12 @@ def private_running_counts_stream(
         max_per_key=max_per_key,
     )
     settings["invalid"] = invalid
+    if not generator.seeded:  # the publication, claimed once at query start; the executors record each shard's steps
+        from pure_dp_mf.engines.ledger import ledger_url
+
+        keys_per_shard = check_size(keys_per_shard, name="keys_per_shard")
+        _claim(generator, settings=settings, keys=keys, route="spark stream", keys_per_shard=keys_per_shard)
+        settings["ledger"] = ledger_url()
     spark = events.sparkSession
     shards = _shards(keys, keys_per_shard)
     key_table = _key_table(spark, keys, keys_per_shard)
@@ -474,7 +600,7 @@ def private_running_counts_stream(
     ticks = ticks.select(
         F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), F.lit(True).alias("tick"), "shard"
     )
-    return (
+    released = (
         rows.unionByName(ticks)
         .groupBy("shard")
         .applyInPandasWithState(
@@ -485,6 +611,7 @@ def private_running_counts_stream(
             GroupStateTimeout.NoTimeout,
         )
     )
+    return _marked(released, settings)
 
 
 def _check_stream(clock, *, privacy_unit: str, user_column: str | None, invalid: str) -> None:
@@ -570,7 +697,7 @@ def _user_bounds_processor():
 
             max_value = self.settings["max_value"]
             bounder = ContributionBounder(int(self.settings["max_keys"]), int(self.settings["max_per_key"]), max_value)
-            user = str(key[0])
+            user = None if key[0] is None else str(key[0])
             if self.admitted.exists():
                 bounder.restore_user(user, json.loads(self.admitted.get()[0]))
             data = pd.concat(list(rows)).sort_values(["step", "key", "value"], kind="stable")
@@ -606,13 +733,21 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     late inputs; inputs of steps ahead of the clock as {step: per-key list})."""
     import pandas as pd
 
+    from pure_dp_mf.engines.registry import generator_tag
+
     shard_keys = shards[int(shard[0])]
     counters = _shard_counters(shard_keys, settings)
-    digest = counters._keys_sha256
+    digest = f"{counters._keys_sha256}:{generator_tag(counters.rng.key)}"  # the shard's keys and the query's noise key
     if state.exists:
         keys_sha256, released, totals, pending, ahead = state.get
-        if keys_sha256 != digest:
+        if keys_sha256.split(":")[0] != counters._keys_sha256:
             raise InvalidInputError("the key list or keys_per_shard differs from the one this checkpoint was started with")
+        if keys_sha256 != digest:
+            raise InvalidInputError(
+                "this checkpoint was started with another noise key (key file): its released steps would be released "
+                "again under other noise; restart it with its own key file, or start a new query (a new checkpoint, "
+                "a new key file) as a new publication"
+            )
         totals, pending = np.asarray(json.loads(totals), dtype=np.int64), np.asarray(json.loads(pending), dtype=np.int64)
         ahead = {int(step): np.asarray(values, dtype=np.int64) for step, values in json.loads(ahead).items()}
     else:
@@ -647,9 +782,30 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     for step in [step for step in ahead if step <= clock]:
         increments[:, step - released - 1] += ahead.pop(step)
     increments[:, 0] += pending
+    _check_stream_steps(counters, increments, shard=int(shard[0]), start=released, settings=settings)
     frame = _shard_frame(counters, increments, totals=totals, start=released, settings=settings)
     state.update(_stream_state(digest, clock, totals + increments.sum(axis=1), np.zeros(len(shard_keys), dtype=np.int64), ahead))
     yield frame
+
+
+def _check_stream_steps(counters: KeyedCounters, increments: np.ndarray, *, shard: int, start: int, settings: dict) -> None:
+    """On an executor, before a shard's steps start + 1, … are drawn and emitted: the digest of
+    the shard's keys' inputs at each step (``ledger.keyed_step_digest`` with the shard as its
+    part) checked against the ledger and inserted when new (``Ledger.record``). The same input
+    (a micro-batch replayed after a crash, or a query run again from scratch on the same data,
+    batched alike) passes; another input for a step this shard has released under the query's
+    key (a checkpoint deleted and the query run again on corrected data) is refused, and the
+    query stops before the shard's rows are emitted. Seeded queries are not recorded."""
+    if settings.get("ledger") is None:
+        return
+    from pure_dp_mf.engines.ledger import keyed_step_digest, open_ledger
+
+    key = counters.rng.key
+    digests = [
+        keyed_step_digest(key, step=start + i, keys=counters.keys, values=increments[:, i], part=shard)
+        for i in range(increments.shape[1])
+    ]
+    open_ledger(settings["ledger"]).record(settings["publication"], first=start, digests=digests, part=shard)
 
 
 def _stream_state(digest: str, released: int, totals: np.ndarray, pending: np.ndarray, ahead: dict) -> tuple:
@@ -676,6 +832,7 @@ def _run_settings(*, generator: NoiseGenerator, beta: float, lineage: str | None
         "generator": generator.to_record(),
         "beta": beta,
         "lineage": template.lineage,
+        "seeded": generator.seeded,
     }
 
 
@@ -730,7 +887,8 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict, *, keep: bool = T
 
 def _mechanism_settings(settings: dict) -> dict:
     """The keyword arguments of ``KeyedCounters`` among the run's settings."""
-    return {name: value for name, value in settings.items() if name not in ("generator", "beta", "lineage", "invalid")}
+    excluded = ("generator", "beta", "lineage", "invalid", "seeded", "publication", "ledger")
+    return {name: value for name, value in settings.items() if name not in excluded}
 
 
 def _warn_seeded() -> None:
@@ -914,7 +1072,10 @@ def count_file_on_spark(
 
     An existing non-empty ``--output`` is refused before Spark starts (as the local engine
     refuses it); nothing is created at ``--output`` unless the job succeeds. A Spark failure is
-    one ``error:`` line naming the setting to change (``spark_error``)."""
+    one ``error:`` line naming the setting to change (``spark_error``). The run's publication is
+    claimed and every step's input checked in the ledger before any shard is released, as in
+    ``private_running_counts`` (``_shard_groups``): with ``--key-file`` a run again on the same
+    input writes the same bytes, on changed input it is refused and nothing is written."""
     import shutil
     import tempfile
     from pathlib import Path
