@@ -239,3 +239,19 @@ def test_gaussian_sizes_and_values_are_checked_before_allocating(hostile):
 def test_text_matrices_with_long_fields_or_latin1_are_refused(hostile):
     assert "131072" in str(_bounded(lambda: read_matrix(hostile["long_field.csv"])))
     assert "not UTF-8" in str(_bounded(lambda: read_matrix(hostile["latin1.txt"])))
+
+
+# ------------------------------------------------------------------ bounded work at any magnitude
+
+
+@pytest.mark.parametrize("max_value", ["1000000", str(10**18)])
+def test_anytime_with_a_huge_max_value_finishes_with_an_integer(max_value):
+    """The noise of an anytime count at m = 10⁶ or 10¹⁸ is beyond float64's exact integers, so
+    every value is decided in integers (``ExactDecoder.refine``; the exact solve of a 2048×2048
+    system took minutes here): the run ends, within the safety limit, with one integer per step."""
+    result = run_cli(
+        "count", "--epsilon", "1", "--max-value", max_value, "--seed", "1", input_text="1\n0\n", timeout=SAFETY_LIMIT
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stdout.split()
+    assert len(lines) == 2 and all(line.lstrip("-").isdigit() for line in lines)
