@@ -47,16 +47,18 @@ STEP_FILE = "step-{:08d}.parquet"
 
 
 def read_keys(path: Path) -> list[str]:
-    """One key per line; a UTF-8 BOM dropped; blank lines are an error."""
+    """One key per line (the lines of ``str.splitlines``); a UTF-8 BOM dropped; blank lines are an
+    error. Read line by line and refused at line ``MAX_LOCAL_KEYS`` + 1, so a longer list costs
+    no more memory than the limit."""
+    lines: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open(encoding="utf-8-sig") as handle:
+            for physical in handle:
+                lines.extend(physical.splitlines())
+                if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
+                    raise InvalidInputError(f"--keys {path}: more than {MAX_LOCAL_KEYS:,} keys, the most one local run releases")
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
-    lines = text.splitlines()
-    if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
-        raise InvalidInputError(
-            f"--keys {path}: {len(lines):,} keys, more than {MAX_LOCAL_KEYS:,}, the most one local run releases"
-        )
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InvalidInputError(f"--keys {path}: line {number} is blank")

@@ -1,0 +1,118 @@
+"""A full disk, for real: a small tmpfs is mounted (the test is skipped where mounting is not
+allowed) and filled. A state or an output that cannot be written ends in one ``error:`` line,
+and the line says the state is intact only when it is: a failed creation leaves no state, a
+state that fills mid-run resumes, once there is room, to exactly the releases of a run that
+never stopped."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+LINES = "".join(f"{i % 2}\n" for i in range(20_000))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 512 KiB tmpfs at tmp_path/disk, unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("cannot run mount here")
+    if done.returncode != 0:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=60)
+
+
+def fill(disk: Path, *, leave_kib: int) -> Path:
+    """Fill ``disk`` up to ``leave_kib`` KiB of free room (a filler file, deleted to make room)."""
+    filler = disk / f"filler-{uuid.uuid4().hex}"
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(filler, "wb") as handle:
+        remaining = max(free - leave_kib * 1024, 0)
+        while remaining > 0:
+            chunk = min(remaining, 1 << 16)
+            try:
+                handle.write(b"\0" * chunk)
+                handle.flush()
+            except OSError:
+                break
+            remaining -= chunk
+    return filler
+
+
+def error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and lines and lines[-1].startswith("error: "), result.stderr[-2000:]
+    return lines[-1]
+
+
+def test_a_state_that_cannot_be_created_leaves_none_and_says_so(small_disk):
+    fill(small_disk, leave_kib=0)
+    state = small_disk / "s.db"
+    line = error_line(run_cli("count", "--epsilon", "1", "--horizon", "8", "--state", str(state), input_text="1\n0\n"))
+    assert line.startswith(f"error: cannot create the state {state}") and "no state was created" in line
+    assert "intact" not in line
+    assert [p.name for p in small_disk.iterdir() if not p.name.startswith("filler-")] == []  # no state, no temporary
+
+
+def test_a_state_that_fills_up_mid_run_is_intact_and_resumes_exactly(small_disk, tmp_path):
+    reference = tmp_path / "reference.db"
+    arguments = ["count", "--epsilon", "1", "--horizon", "100000", "--seed", "3"]
+    assert run_cli(*arguments, "--state", str(reference), input_text=LINES).returncode == 0
+    filler = fill(small_disk, leave_kib=96)
+    state = small_disk / "s.db"
+    line = error_line(run_cli(*arguments, "--state", str(state), input_text=LINES))
+    assert line.startswith(f"error: cannot write {state}") and line.endswith(
+        "the state is intact, run again the same way to continue"
+    )
+    filler.unlink()
+    resumed = run_cli(*arguments, "--state", str(state), input_text=LINES)
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-2000:]
+    first = run_cli("releases", str(reference))
+    second = run_cli("releases", str(state))
+    assert first.returncode == second.returncode == 0
+    assert second.stdout == first.stdout and len(first.stdout.splitlines()) == 20_001
+
+
+def test_an_output_on_a_full_disk_is_one_error_line_and_the_state_resumes(small_disk, tmp_path):
+    fill(small_disk, leave_kib=0)
+    output, state = small_disk / "out.csv", tmp_path / "s.db"
+    arguments = ["count", "--epsilon", "1", "--horizon", "100", "--seed", "3", "--format", "csv"]
+    line = error_line(run_cli(*arguments, "--output", str(output), input_text="1\n0\n1\n"))
+    assert line.startswith(f"error: cannot write {output}") and "state" not in line  # no state: nothing said about one
+    line = error_line(run_cli(*arguments, "--state", str(state), "--output", str(output), input_text="1\n0\n1\n"))
+    assert line.endswith("the state is intact, run again the same way to continue")
+    elsewhere = tmp_path / "out.csv"
+    resumed = run_cli(*arguments, "--state", str(state), "--output", str(elsewhere), input_text="1\n0\n1\n")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(elsewhere.read_text().splitlines()) == 4  # the header and the three steps
+
+
+@pytest.mark.parametrize("command", ["keyed", "certify"])
+def test_other_outputs_on_a_full_disk_are_one_error_line(small_disk, tmp_path, command):
+    from pure_dp_mf.resources import BASE_FOLDER
+
+    fill(small_disk, leave_kib=0)
+    if command == "keyed":
+        rows, keys = tmp_path / "rows.csv", tmp_path / "keys.txt"
+        rows.write_text("step,key\n1,FR\n2,DE\n")
+        keys.write_text("FR\nDE\n")
+        arguments = ["count", str(rows), "--key-column", "key", "--keys", str(keys), "--step-column", "step"]
+        arguments += ["--epsilon", "1", "--horizon", "4", "--format", "csv", "--output", str(small_disk / "o.csv")]
+    else:
+        arguments = ["certify", str(BASE_FOLDER / "k004_maxse.npz"), "--metric", "maxse", "--out", str(small_disk / "c.json")]
+    line = error_line(run_cli(*arguments))
+    assert line.startswith(f"error: cannot write {small_disk}") and "No space left on device" in line
+    assert "intact" not in line
