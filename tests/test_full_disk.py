@@ -2,17 +2,20 @@
 allowed) and filled. A state or an output that cannot be written ends in one ``error:`` line,
 and the line says the state is intact only when it is: a failed creation leaves no state, a
 state that fills mid-run resumes, once there is room, to exactly the releases of a run that
-never stopped."""
+never stopped. The same refusals with ENOSPC injected run everywhere (no mount needed)."""
 
 from __future__ import annotations
 
+import errno
+import gc
+import io
 import os
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import one_error_line, run_cli, run_main
 
 LINES = "".join(f"{i % 2}\n" for i in range(20_000))
 
@@ -116,3 +119,69 @@ def test_other_outputs_on_a_full_disk_are_one_error_line(small_disk, tmp_path, c
     line = error_line(run_cli(*arguments))
     assert line.startswith(f"error: cannot write {small_disk}") and "No space left on device" in line
     assert "intact" not in line
+
+
+# ------------------------------------------------------------------ the same, with ENOSPC injected (no mount needed)
+
+
+def no_room(*arguments, **options):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_injected_no_room_for_a_new_state_leaves_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "link", no_room)  # the last step of Journal.create
+    state = tmp_path / "s.db"
+    code, out, err = run_main("count", "--epsilon", "1", "--horizon", "8", "--state", str(state), stdin="1\n0\n")
+    one_error_line(code, out, err, f"cannot create the state {state}", "no state was created")
+    assert "intact" not in err and out == ""
+    assert list(tmp_path.iterdir()) == []  # neither the state nor its temporary
+
+
+def test_injected_no_room_for_the_sidecar_is_one_error_line(tmp_path, monkeypatch):
+    from pure_dp_mf import atomic
+
+    def refuse(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(atomic, "atomic_write_bytes", refuse)
+    output = tmp_path / "o.csv"
+    arguments = ["count", "--epsilon", "1", "--horizon", "8", "--seed", "1", "--format", "csv", "--output", str(output)]
+    code, out, err = run_main(*arguments, stdin="1\n")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert last == f"error: cannot write {output}.meta.json: No space left on device" and not output.exists()
+    code, out, err = run_main(*arguments, "--state", str(tmp_path / "s.db"), stdin="1\n")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.strip().splitlines()[-1].endswith("the state is intact, run again the same way to continue")
+    gc.collect()  # the in-process run's state lock goes with its counter
+    monkeypatch.undo()
+    code, out, err = run_main(*arguments, "--state", str(tmp_path / "s.db"), stdin="1\n")
+    assert code == 0 and len(output.read_text().splitlines()) == 2, err  # resumed: the header and the step
+
+
+def test_atomic_writes_name_their_file_when_the_disk_is_full(tmp_path, monkeypatch):
+    from pure_dp_mf import atomic
+
+    class Full(io.BytesIO):
+        def flush(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fdopen", lambda handle, mode: (os.close(handle), Full())[1])
+    target = tmp_path / "x.json"
+    with pytest.raises(OSError) as raised:
+        atomic.atomic_write_bytes(target, b"{}")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []  # the temporary is gone
+
+
+def test_no_room_met_anywhere_is_one_error_line(tmp_path, monkeypatch):
+    from pure_dp_mf import atomic
+    from pure_dp_mf.resources import BASE_FOLDER
+
+    def refuse(path, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(atomic, "atomic_write_bytes", refuse)
+    target = tmp_path / "c.json"
+    code, out, err = run_main("certify", str(BASE_FOLDER / "k004_maxse.npz"), "--metric", "maxse", "--out", str(target))
+    one_error_line(code, out, err, f"cannot write {target}: No space left on device")

@@ -406,10 +406,12 @@ def test_integer_products_are_exact_for_any_integer_size():
         split_matrix(np.array([[2**52 + 1]]))
 
 
-def test_noise_beyond_float_precision_is_decided_in_integers_without_the_solve(monkeypatch):
-    """ε = 2^-40 draws |Y| near 2^72, beyond float64's exact integers, so no value is decided in
-    floats: every one goes through the integer refinement, and each equals the exact rounding of
-    the dense lift (Fractions), with the exact solve never called."""
+@pytest.mark.parametrize("exponent", [40, 70])
+def test_noise_beyond_float_precision_is_decided_exactly_without_the_solve(monkeypatch, exponent):
+    """ε = 2^-40 draws |Y| near 2^72, beyond float64's exact integers: values are decided in
+    floats on fl(Y) with the rounding added to the bound, the rest in integers; at ε = 2^-70 the
+    values pass 2^52 and every one is decided in integers. Each equals the exact rounding of the
+    dense lift (Fractions), and the exact solve is never called."""
 
     def no_solve(self, Y):
         raise AssertionError("the exact solve was called")
@@ -417,11 +419,12 @@ def test_noise_beyond_float_precision_is_decided_in_integers_without_the_solve(m
     monkeypatch.setattr(ExactDecoder, "exact_rows", no_solve)
     base = _grid_base(4, 2)
     n = 40
-    counter = ContinualCounter(base=base, epsilon=2.0**-40, horizon=n, rng=NoiseGenerator.from_seed(11))
+    counter = ContinualCounter(base=base, epsilon=2.0**-exponent, horizon=n, rng=NoiseGenerator.from_seed(11))
     x = (np.random.default_rng(3).random(n) < 0.5).astype(int)
     released = counter.counts(x)
     source = counter.lattice_sources[0]
-    assert not source.exact_in_float and counter.fallbacks == n
+    assert not source.exact_in_float
+    assert counter.fallbacks == n if exponent == 70 else 0 <= counter.fallbacks < n
     alphas = list(counter.mechanism.alphas)
     levels = len(alphas) + 1
     L, _ = explicit_lift(base=_exact_pair(base), levels=levels, alphas=alphas, n=n)

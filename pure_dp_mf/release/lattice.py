@@ -35,7 +35,9 @@ The float value v of (L̄_p·Y)_t (Y exact in float64 when |Y| < 2^53) has
 q ≤ p the number of terms, a = max_i Σ_j |L̃_ij|, γ_m = m·2^-53/(1 − m·2^-53) (Higham, Theorem 3.5
 and Lemma 3.1: a dot product of length r in any order, then q − 1 additions), ‖Y‖ the largest
 over the blocks drawn. When v·2^-g is more than e·2^-g plus a float-rounding slack from a
-half-integer, ⌊v·2^-g + ½⌋ is the exact answer. Otherwise (and whenever some |Y| ≥ 2^53) the
+half-integer, ⌊v·2^-g + ½⌋ is the exact answer. Once some |Y| ≥ 2^53 the float blocks are
+Ŷ = fl(Y) (rounded to nearest, |Ŷ − Y| ≤ u·|Ŷ|), and e grows by q·(a + √r·τ)·u·‖Ŷ‖∞, since
+|(L̄_p·(Ŷ − Y))_t| ≤ q·max_i ‖L_i‖₁·u·‖Ŷ‖∞ and ‖L_i‖₁ ≤ a + √r·τ. Otherwise the
 value is decided in integers (``ExactDecoder.refine``, ``ExactRelease.exact_value``). The
 decoder L̃ = M·2^-h is dyadic, and L·R̃·T_k⁻¹ = I, so for any vector Y
 
@@ -172,11 +174,20 @@ class ExactDecoder:
         """r: the length of one noise block (columns of the decoder)."""
         return self.P.shape[0]
 
-    def error_bound(self, *, terms: int, largest: float, largest_norm: float) -> float:
+    def error_bound(self, *, terms: int, largest: float, largest_norm: float, rounded_inputs: bool = False) -> float:
         """e of the module docstring for ``terms`` summands, blocks with ‖Y‖∞ ≤ ``largest`` and
-        ‖Y‖₂ ≤ ``largest_norm`` (float arithmetic here, inflated by 2^-40 relative to cover it)."""
+        ‖Y‖₂ ≤ ``largest_norm`` (float arithmetic here, inflated by 2^-40 relative to cover it).
+
+        ``rounded_inputs``: the float blocks are Ŷ = fl(Y), Y rounded to nearest (some |Y| ≥ 2^53),
+        and ``largest``, ``largest_norm`` are those of Ŷ. Then e bounds |v − (L̄_p·Ŷ)_t| and
+        |(L̄_p·Ŷ)_t − (L̄_p·Y)_t| ≤ q·max_i ‖L_i‖₁·max|Ŷ − Y| ≤ q·(a + √r·τ)·u·‖Ŷ‖∞ (|w| ≤ 1,
+        ‖L_i‖₁ ≤ ‖L̃_i‖₁ + √r·‖L_i − L̃_i‖₂, and |Y − fl(Y)| ≤ u·|fl(Y)| for rounding to nearest)
+        is added."""
         g_r, g_q, a = gamma(self.inner_size), gamma(terms), self.row_abs_sum
         bound = terms * (self.tau * largest_norm + g_r * a * largest) + g_q * terms * a * largest * (1 + g_r)
+        if rounded_inputs:
+            root = math.sqrt(self.inner_size) * (1 + 2.0**-50)  # ≥ √r: one correctly rounded square root
+            bound += terms * (a + root * self.tau) * UNIT_ROUNDOFF * largest
         return bound * (1 + 2.0**-40)
 
     def exact_rows(self, Y: Sequence[int]) -> tuple[list[int], int]:
@@ -439,16 +450,17 @@ class LatticeSource:
         values = self._values(offset, size, level)
         if values.dtype == object:  # a value beyond int64: certainly not exact in float64
             self.exact_in_float = False
-            values = np.array([float(v) for v in values])
+            values = np.array([float(v) if abs(v) < 1 << 1023 else math.copysign(math.inf, v) for v in values])
         array = values.astype(np.float64)
         largest = float(np.abs(array).max(initial=0.0))
         if largest >= EXACT_INTEGER:
             self.exact_in_float = False
         self.largest = max(self.largest, largest)
-        # ‖Y‖₂ bounded above in floats: every Y_i is exact (|Y_i| < 2^53, else exact_in_float is
-        # off and nothing is decided in floats), and a float dot product of r terms has relative
-        # error ≤ γ_r (Higham, Theorem 3.5), so Σ Y_i² ≤ fl(Y·Y)/(1 − γ_r); the square root and
-        # the division are then inflated by 2^-50 to cover their own roundings.
+        # ‖Ŷ‖₂ of the float block Ŷ (Y itself while |Y_i| < 2^53, else fl(Y), and exact_in_float
+        # is off: ``ExactDecoder.error_bound`` then adds the rounding Y → Ŷ) bounded above in
+        # floats: a float dot product of r terms has relative error ≤ γ_r (Higham, Theorem 3.5),
+        # so Σ Ŷ_i² ≤ fl(Ŷ·Ŷ)/(1 − γ_r); the square root and the division are then inflated by
+        # 2^-50 to cover their own roundings.
         squares = float(np.dot(array, array)) / (1 - gamma(len(array)))
         self.largest_norm = max(self.largest_norm, math.sqrt(squares) * (1 + 2.0**-50))
         return array
@@ -518,17 +530,19 @@ def decide_roundings(values: np.ndarray, *, terms: int, atoms: ExactDecoder, sou
     """(⌊2^-g·v + ½⌋ as int64, the mask of entries decided): v ≈ (L̄·Y)_t in float64 (any shape),
     each a sum of at most ``terms`` terms, an entry decided when its distance to the rounding
     boundary exceeds the proven error bound of v (``ExactDecoder.error_bound`` for the largest
-    noise the source has drawn) plus the float error of forming 2^-g·v + ½; nothing is decided
-    when a noise value was not exact in float64 or a result reaches 2^52. Undecided entries must
-    be computed in rationals."""
-    bound = atoms.error_bound(terms=terms, largest=source.largest, largest_norm=source.largest_norm)
+    noise the source has drawn, with the rounding of the noise to float64 added once a value
+    was not exact there) plus the float error of forming 2^-g·v + ½; nothing is decided when a
+    result reaches 2^52. Undecided entries must be computed exactly (``ExactRelease.exact_value``)."""
+    bound = atoms.error_bound(
+        terms=terms, largest=source.largest, largest_norm=source.largest_norm, rounded_inputs=not source.exact_in_float
+    )
     g = atoms.grid_bits
     r = np.ldexp(values, -g) + 0.5
     n = np.floor(r)
     margin = np.minimum(r - n, n + 1 - r)
     slack = math.ldexp(bound, -g) + 2.0**-50 * (np.abs(r) + 1)
     decided = (margin > slack) & np.isfinite(r)
-    if not source.exact_in_float or np.any(np.abs(n) >= 2.0**52):
+    if np.any(np.abs(n) >= 2.0**52):
         decided[:] = False
     return np.where(decided, n, 0).astype(np.int64), decided
 
