@@ -402,6 +402,18 @@ def test_integer_products_are_exact_for_any_integer_size():
             ]
             expected = [sum(int(a) * v for a, v in zip(row, x, strict=True)) for row in A.tolist()]
             assert integer_product(split_matrix(A), x) == expected
+    # k = 2048 at the extremes: entries ±2^52 and every digit of x at its largest, so the float64
+    # partial sums reach the 2^53 the digit size is chosen for
+    k = 2048
+    A = np.full((3, k), 2**52, dtype=np.int64)
+    A[1] = -(2**52)
+    A[2] = rng.integers(-(2**52), 2**52, size=k, endpoint=True)
+    A = np.vstack([A, np.zeros((k - 3, k), dtype=np.int64)])
+    x = [(1 << 300) - 1 if j % 3 else -((1 << 300) - 1) for j in range(k)]
+    x[5] = 0
+    got = integer_product(split_matrix(A), x)
+    assert got[:3] == [sum(int(a) * v for a, v in zip(row, x, strict=True)) for row in A[:3].tolist()]
+    assert got[3:] == [0] * (k - 3)
     with pytest.raises(InvalidInputError, match="2\\^52"):
         split_matrix(np.array([[2**52 + 1]]))
 

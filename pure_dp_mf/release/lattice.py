@@ -43,7 +43,8 @@ decoder L̃ = M·2^-h is dyadic, and L·R̃·T_k⁻¹ = I, so for any vector Y
 
     L·Y = L̃·Y + L·Y',   Y' = Y − R̃·T_k⁻¹·L̃·Y = (2^(g+h)·Y − P·T_k⁻¹·M·Y)·2^-(g+h).
 
-Starting from Y_0 = Y_b and stepping Y_{i+1} = Y_i' (exact integer products, ``integer_product``),
+Starting from Y_0 = Y_b and stepping Y_{i+1} = Y_i' (exact integer products in float64 limbs,
+``integer_product``),
 2^-g·(L·Y)_row = c_j + 2^-g·((L − L̃)·Y_j)_row with the exact dyadic centre
 c_j = 2^-g·Σ_{i ≤ j} (L̃·Y_i)_row, and |2^-g·((L − L̃)·Y_j)_row| ≤ r_j = 2^-g·τ·‖Y_j‖₂
 (Cauchy–Schwarz on row ``row``): the exact value lies in [c_j − r_j, c_j + r_j], and a value is
@@ -288,34 +289,40 @@ PRODUCT_PART_BITS = 26
 
 
 def split_matrix(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(H, W) with A = H·2^26 + W, 0 ≤ W < 2^26 and |H| ≤ 2^26, for an int64 matrix A with
-    |A_ij| ≤ 2^52 (P and M = L̃·2^h both are: ``exact.grid_integers``, ``_grid_bits_for``)."""
+    """(H, W) as float64 with A = H·2^26 + W, 0 ≤ W < 2^26 and |H| ≤ 2^26 (integers, exact in
+    float64), for an int64 matrix A with |A_ij| ≤ 2^52 (P and M = L̃·2^h both are:
+    ``exact.grid_integers``, ``_grid_bits_for``)."""
     matrix = np.asarray(matrix, dtype=np.int64)
     if matrix.size and int(np.abs(matrix).max()) > 1 << 52:
         raise InvalidInputError("an exact product needs integer entries of at most 2^52")
-    return matrix >> PRODUCT_PART_BITS, matrix & ((1 << PRODUCT_PART_BITS) - 1)
+    high, low = matrix >> PRODUCT_PART_BITS, matrix & ((1 << PRODUCT_PART_BITS) - 1)
+    return high.astype(np.float64), low.astype(np.float64)
 
 
 def integer_product(parts: tuple[np.ndarray, np.ndarray], vector: Sequence[int]) -> list[int]:
     """A·x exactly, A given as ``split_matrix(A)`` (k columns) and x Python integers of any size:
-    x = Σ_l d_l·2^(b·l) with signed digits |d_l| < 2^b, b = 61 − 26 − bitlength(k), so every
-    int64 product H·d_l and W·d_l sums k < 2^bitlength(k) terms of magnitude below 2^(26+b), below 2^61: exact in
-    int64 whatever the order; then A·x = Σ_l (H·d_l·2^26 + W·d_l)·2^(b·l) in Python integers."""
+    x = Σ_l d_l·2^(b·l) with signed digits |d_l| < 2^b, b = 27 − bitlength(k). Every product
+    H_ij·d and W_ij·d is an integer below 2^(26+b) in magnitude and a sum of k < 2^bitlength(k)
+    of them stays below 2^53, so every partial sum of the float64 products H·D and W·D (BLAS, in
+    any order, with or without fused multiply-adds) is an integer that float64 holds exactly: the
+    products are exact. Then A·x = Σ_l (H·d_l·2^26 + W·d_l)·2^(b·l) in Python integers."""
     high, low = parts
     k = high.shape[1]
     if len(vector) != k:
         raise InvalidInputError(f"a vector of length {len(vector)} does not match {k} columns")
-    bits = 61 - PRODUCT_PART_BITS - k.bit_length()
+    bits = 53 - PRODUCT_PART_BITS - k.bit_length()
+    if bits < 1:
+        raise InvalidInputError(f"an exact float64 product needs fewer than 2^26 columns, got {k}")
     mask = (1 << bits) - 1
     values = [int(v) for v in vector]
     magnitudes = [abs(v) for v in values]
-    signs = np.array([-1 if v < 0 else 1 for v in values], dtype=np.int64)
+    signs = np.array([-1.0 if v < 0 else 1.0 for v in values])
     count = max((m.bit_length() for m in magnitudes), default=0) // bits + 1
-    digits = np.empty((k, count), dtype=np.int64)
+    digits = np.empty((k, count), dtype=np.float64)
     for limb in range(count):
         digits[:, limb] = [(m >> (bits * limb)) & mask for m in magnitudes]
     digits *= signs[:, None]
-    upper, lower = (high @ digits).tolist(), (low @ digits).tolist()
+    upper, lower = (high @ digits).astype(np.int64).tolist(), (low @ digits).astype(np.int64).tolist()
     out = []
     for up, low_row in zip(upper, lower, strict=True):
         total = 0
