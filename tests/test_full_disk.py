@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import one_error_line, run_cli, run_main
+from conftest import SAFETY_LIMIT, one_error_line, run_cli, run_main
 
 LINES = "".join(f"{i % 2}\n" for i in range(20_000))
 
@@ -185,3 +185,40 @@ def test_no_room_met_anywhere_is_one_error_line(tmp_path, monkeypatch):
     target = tmp_path / "c.json"
     code, out, err = run_main("certify", str(BASE_FOLDER / "k004_maxse.npz"), "--metric", "maxse", "--out", str(target))
     one_error_line(code, out, err, f"cannot write {target}: No space left on device")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_resumed_run_never_reads_a_device_as_its_output(tmp_path):
+    """A state whose output went to /dev/full, resumed the same way: /dev/full is not read to be
+    completed (it reads zeros forever: 19 GB before a kill), it is refused in one line. The run
+    is held to 4 GiB of address space so that a regression fails here, not the machine."""
+    import resource
+    import sys
+
+    from conftest import ROOT
+
+    def limited(*arguments: str) -> subprocess.CompletedProcess:
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+        return subprocess.run(
+            [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
+            input="1\n0\n",
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=SAFETY_LIMIT,
+            preexec_fn=cap,
+        )
+
+    arguments = ["count", "--epsilon", "1", "--horizon", "8", "--output", "/dev/full", "--state", str(tmp_path / "s.db")]
+    assert error_line(limited(*arguments)).endswith("the state is intact, run again the same way to continue")
+    assert (
+        error_line(limited(*arguments))
+        == "error: --output /dev/full is not a regular file: a resumed run completes its output file in place"
+    )
+    elsewhere = tmp_path / "out.txt"
+    arguments[arguments.index("/dev/full")] = str(elsewhere)
+    done = limited(*arguments)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(elsewhere.read_text().splitlines()) == 4  # the two steps kept in the state, then two more
