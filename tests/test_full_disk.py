@@ -187,30 +187,32 @@ def test_no_room_met_anywhere_is_one_error_line(tmp_path, monkeypatch):
     one_error_line(code, out, err, f"cannot write {target}: No space left on device")
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_a_resumed_run_never_reads_a_device_as_its_output(tmp_path):
-    """A state whose output went to /dev/full, resumed the same way: /dev/full is not read to be
-    completed (it reads zeros forever: 19 GB before a kill), it is refused in one line. The run
-    is held to 4 GiB of address space so that a regression fails here, not the machine."""
+def limited(*arguments: str, stdin: str = "1\n0\n") -> subprocess.CompletedProcess:
+    """``pure-dp-mf ARGUMENTS`` held to 4 GiB of address space (a regression that reads a device
+    forever fails the test with an error, not the machine)."""
     import resource
     import sys
 
     from conftest import ROOT
 
-    def limited(*arguments: str) -> subprocess.CompletedProcess:
-        def cap() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-        return subprocess.run(
-            [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
-            input="1\n0\n",
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            timeout=SAFETY_LIMIT,
-            preexec_fn=cap,
-        )
+    return subprocess.run(
+        [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=SAFETY_LIMIT,
+        preexec_fn=cap,
+    )
 
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_resumed_run_never_reads_a_device_as_its_output(tmp_path):
+    """A state whose output went to /dev/full, resumed the same way: /dev/full is not read to be
+    completed (it reads zeros forever: 19 GB before a kill), it is refused in one line."""
     arguments = ["count", "--epsilon", "1", "--horizon", "8", "--output", "/dev/full", "--state", str(tmp_path / "s.db")]
     assert error_line(limited(*arguments)).endswith("the state is intact, run again the same way to continue")
     assert (
@@ -222,3 +224,22 @@ def test_a_resumed_run_never_reads_a_device_as_its_output(tmp_path):
     done = limited(*arguments)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(elsewhere.read_text().splitlines()) == 4  # the two steps kept in the state, then two more
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_keyed_output_on_a_full_device_is_one_error_line_naming_it(tmp_path):
+    rows, keys = tmp_path / "rows.csv", tmp_path / "keys.txt"
+    rows.write_text("step,key\n1,FR\n2,DE\n")
+    keys.write_text("FR\nDE\n")
+    arguments = ["count", str(rows), "--key-column", "key", "--keys", str(keys), "--step-column", "step"]
+    arguments += ["--epsilon", "1", "--horizon", "4", "--format", "csv", "--output", "/dev/full"]
+    assert error_line(limited(*arguments)) == "error: cannot write /dev/full: No space left on device"  # no state
+    state = ["--state", str(tmp_path / "s.db")]
+    assert error_line(limited(*arguments, *state)).endswith("the state is intact, run again the same way to continue")
+    assert error_line(limited(*arguments, *state)).endswith(
+        "is not a regular file: a resumed run completes its output file in place"
+    )
+    arguments[arguments.index("/dev/full")] = str(tmp_path / "out.csv")
+    done = limited(*arguments, *state)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 1 + 2 * 4  # the header, two keys at four steps

@@ -372,7 +372,12 @@ class KeyedSink:
     def _completed_text(self, output: Path) -> IO[str]:
         """Whole steps kept, a partial step or line cut, the last released step written if missing."""
         header = self._header()
-        text = output.read_text(encoding="utf-8") if output.exists() else ""
+        if output.exists() and not output.is_file():  # a device such as /dev/full reads forever
+            raise InvalidInputError(f"--output {output} is not a regular file: a resumed run completes its output file in place")
+        try:
+            text = output.read_text(encoding="utf-8") if output.exists() else ""
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidInputError(f"cannot read the output {output} to complete it: {error}") from None
         lines = text[: text.rfind("\n") + 1].splitlines(keepends=True)
         header_lines = header.count("\n")
         body = lines[header_lines:] if len(lines) >= header_lines else []
@@ -421,7 +426,7 @@ class KeyedSink:
             elif self._writer is not None:
                 self._writer.write_table(table)
         except OSError as error:
-            raise storage_error(self.output or "standard output", error) from None
+            raise storage_error(self.output or "standard output", error, state=self.counters.journal is not None) from None
 
     def close(self) -> None:
         if self._writer is not None:
@@ -442,6 +447,7 @@ def run_keyed_file(
     """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``),
     with a progress bar over the public schedule on a terminal (``schedule_progress``)."""
     progress = schedule_progress(through=through, released=counters.released, rows_on_terminal=sink.output is None)
+    closing: OSError | None = None
     try:
         if progress is not None:
             progress.start()
@@ -452,8 +458,14 @@ def run_keyed_file(
     finally:
         if progress is not None:
             progress.stop()
-        sink.close()
-        counters.close()
+        try:
+            sink.close()  # the last buffered text is written here: a full disk can surface now
+        except OSError as error:
+            closing = error
+        finally:
+            counters.close()
+    if closing is not None:  # only when nothing else went wrong (that error is the one raised)
+        raise storage_error(sink.output or "standard output", closing, state=counters.journal is not None)
 
 
 def check_events(source: Path | None, reader: EventReader) -> None:
