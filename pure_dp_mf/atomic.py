@@ -39,9 +39,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, target)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
+        if isinstance(error, OSError) and error.filename is None:  # a full disk: name the file it was for
+            raise OSError(error.errno, error.strerror, str(target)) from None
         raise
     directory = os.open(folder, os.O_RDONLY)
     try:

@@ -3,6 +3,7 @@ interval to [count, count] (release/error_bars.py ``floor_half_widths``, engines
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from fractions import Fraction
@@ -151,3 +152,24 @@ def test_a_key_with_spaces_is_one_key_for_the_cli_and_the_dataframe(tmp_path):
         )
     for row in released.itertuples():
         assert cli[(row.key, int(row.step))] == int(row.count)  # the same events counted: the same releases
+
+
+def test_tiny_epsilon_intervals_hold_past_int64_in_the_run_and_in_releases(tmp_path):
+    """ε = 10⁻¹⁹ at m = 1: half-widths past 2⁶³. The csv rows of the run and of ``releases`` on its
+    state are the same and each interval holds the true count; anytime jsonl prints them exactly."""
+    state = tmp_path / "s.db"
+    arguments = ["count", "--epsilon", "1e-19", "--horizon", "10", "--seed", "1", "--format", "csv"]
+    code, out, err = run_main(*arguments, "--state", str(state), stdin="1\n0\n1\n")
+    assert code == 0, err
+    gc.collect()  # the in-process run's state lock goes with its counter
+    code, again, err = run_main("releases", str(state), "--format", "csv")
+    assert code == 0, err
+    rows = [line.split(",") for line in out.strip().splitlines()[1:]]
+    assert again.strip().splitlines()[1:] == out.strip().splitlines()[1:] and len(rows) == 3
+    for (step, count, _, lower, upper), truth in zip(rows, (1, 1, 2), strict=True):
+        assert int(lower) <= truth <= int(upper) and int(upper) - int(lower) > 2**63
+    code, out, err = run_main("count", "--epsilon", "1e-19", "--seed", "1", "--format", "jsonl", stdin="1\n0\n")
+    assert code == 0 and "Traceback" not in err, err
+    released = [json.loads(line) for line in out.splitlines() if line.startswith('{"step"')]
+    assert [row["step"] for row in released] == [1, 2]
+    assert all(row["lower"] <= 1 <= row["upper"] and row["upper"] - row["lower"] > 2**63 for row in released)

@@ -87,6 +87,13 @@ def hostile(tmp_path_factory) -> dict[str, Path]:
     write("text_decay.json", '{"buf_decay": ["a"], "output_scale": [0.5]}')
     write("long_field.csv", "1," + "1" * 140_000 + "\n0,1\n")
     write("latin1.txt", "# café\n1 0\n0 1\n".encode("latin-1"))
+    write("events.csv", "step,key\n1,FR\n2,DE\n")
+    write("keys.txt", "FR\nDE\n")
+    write("quote.csv", 'a\n1\n"1\n0\n')
+    write("bad_stream.txt", "1\n2\n")
+    buffer = io.BytesIO()
+    np.save(buffer, np.eye(4) * 1e-300)
+    write("tiny.npy", buffer.getvalue())
     return files
 
 
@@ -148,6 +155,32 @@ CLI_CASES = [
         ["--step-size"],
     ),
     (["reproduce", "--out", "{huge.npy}"], ["--out", "not a folder"]),
+    (
+        [
+            "count",
+            "--epsilon",
+            "1",
+            "--horizon",
+            "4",
+            "--format",
+            "csv",
+            "--output",
+            "{dir}/o.csv",
+            "--plot",
+            "/nonexistent/p.png",
+        ],
+        ["--plot /nonexistent/p.png"],
+    ),
+    # unbounded work: an anytime keyed schedule to 10^18, refused up front
+    (
+        ["count", "{events.csv}", "--key-column", "key", "--keys", "{keys.txt}", "--step-column", "step", "--epsilon", "1"]
+        + ["--through", str(10**18)],
+        ["--through"],
+    ),
+    # malformed input that was once read as values, and costs that overflow
+    (["count", "{quote.csv}", "--header", "--column", "a", "--epsilon", "1", "--horizon", "4"], ["line 3", "not a CSV line"]),
+    (["count", "{bad_stream.txt}", "--epsilon", "1", "--horizon", "4"], ["line 2"]),
+    (["info", "{tiny.npy}"], ["c2", "overflow"]),
 ]
 
 
@@ -239,3 +272,38 @@ def test_gaussian_sizes_and_values_are_checked_before_allocating(hostile):
 def test_text_matrices_with_long_fields_or_latin1_are_refused(hostile):
     assert "131072" in str(_bounded(lambda: read_matrix(hostile["long_field.csv"])))
     assert "not UTF-8" in str(_bounded(lambda: read_matrix(hostile["latin1.txt"])))
+
+
+# ------------------------------------------------------------------ bounded work at any magnitude
+
+
+@pytest.mark.parametrize("max_value", ["1000000", str(10**18)])
+def test_anytime_with_a_huge_max_value_finishes_with_an_integer(max_value):
+    """The noise of an anytime count at m = 10⁶ or 10¹⁸ is beyond float64's exact integers, so
+    every value is decided in integers (``ExactDecoder.refine``; the exact solve of a 2048×2048
+    system took minutes here): the run ends, within the safety limit, with one integer per step."""
+    result = run_cli(
+        "count", "--epsilon", "1", "--max-value", max_value, "--seed", "1", input_text="1\n0\n", timeout=SAFETY_LIMIT
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stdout.split()
+    assert len(lines) == 2 and all(line.lstrip("-").isdigit() for line in lines)
+
+
+def test_library_misuse_is_one_package_error():
+    """Keys that are not a list, steps that are not a sequence: a ``PureDPMFError`` at once."""
+    import warnings
+
+    from pure_dp_mf.engines.generator import NoiseGenerator
+
+    from pure_dp_mf.engines.counter import Counter
+    from pure_dp_mf.engines.keyed import check_keys
+
+    for keys in (None, 5, "FR", b"FR"):
+        _bounded(lambda keys=keys: check_keys(keys))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        counter = Counter(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_seed(1))
+    for values in (None, 5):
+        _bounded(lambda values=values: counter.extend(values))
+    assert counter.released == 0

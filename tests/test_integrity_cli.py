@@ -241,3 +241,28 @@ def test_info_refuses_costs_that_overflow(tmp_path):
     encoder = tmp_path / "tiny.npy"
     np.save(encoder, np.eye(4) * 1e-300)
     one_error_line(*run_main("info", str(encoder)), "c2", "overflow")
+
+
+@pytest.mark.parametrize("keys", [None, 5, 2.5])
+def test_keys_that_are_not_a_list_are_one_clear_error(keys):
+    from pure_dp_mf.engines.keyed import check_keys
+
+    with pytest.raises(InvalidInputError, match="keys must be a list of keys"):
+        check_keys(keys)
+
+
+def test_ten_million_listed_keys_are_refused_after_reading_one_past_the_limit():
+    """A key list (here a generator of 10⁷ keys) is refused at key MAX_LOCAL_KEYS + 1: the rest is
+    never read, so memory stays bounded by the stated limit."""
+    from pure_dp_mf.engines.keyed import MAX_LOCAL_KEYS, check_keys
+
+    read = []
+
+    def keys():
+        for i in range(10**7):
+            read.append(i)
+            yield f"k{i}"
+
+    with pytest.raises(InvalidInputError, match="more than 1,000,000 keys"):
+        check_keys(keys(), maximum=MAX_LOCAL_KEYS)
+    assert len(read) == MAX_LOCAL_KEYS + 1

@@ -27,8 +27,10 @@ from pure_dp_mf.release.lattice import (
     LatticeSource,
     Rates,
     fill_pages,
+    integer_product,
     noise_rate,
     round_half_up,
+    split_matrix,
 )
 from pure_dp_mf.resources import BASE_FOLDER
 
@@ -384,3 +386,90 @@ def test_sampler_rates_never_exceed_the_exact_rate():
     assert drawn <= tilted and drawn.denominator <= 2**56 and tilted - drawn < Fraction(1, 2**56)
     rates = Rates(base=small, alphas=(Fraction(3006477107, 2**32),))
     assert rates(2) == sampler_rate(small * Fraction(2**32, 3006477107)) <= small * Fraction(2**32, 3006477107)
+
+
+def test_integer_products_are_exact_for_any_integer_size():
+    """``integer_product`` against Python integers: entries up to ±2^52, vectors from 0 to 2^300."""
+    rng = np.random.default_rng(5)
+    for k in (1, 3, 64, 300):
+        A = rng.integers(-(2**52), 2**52, size=(k, k), endpoint=True)
+        A[0, 0] = 2**52
+        A[-1, -1] = -(2**52)
+        for bits in (0, 20, 62, 300):
+            x = [
+                int(v) * (1 << max(bits - 20, 0)) + int(u)
+                for v, u in zip(rng.integers(-(2**20), 2**20, size=k), rng.integers(-5, 5, size=k), strict=True)
+            ]
+            expected = [sum(int(a) * v for a, v in zip(row, x, strict=True)) for row in A.tolist()]
+            assert integer_product(split_matrix(A), x) == expected
+    # k = 2048 at the extremes: entries ±2^52 and every digit of x at its largest, so the float64
+    # partial sums reach the 2^53 the digit size is chosen for
+    k = 2048
+    A = np.full((3, k), 2**52, dtype=np.int64)
+    A[1] = -(2**52)
+    A[2] = rng.integers(-(2**52), 2**52, size=k, endpoint=True)
+    A = np.vstack([A, np.zeros((k - 3, k), dtype=np.int64)])
+    x = [(1 << 300) - 1 if j % 3 else -((1 << 300) - 1) for j in range(k)]
+    x[5] = 0
+    got = integer_product(split_matrix(A), x)
+    assert got[:3] == [sum(int(a) * v for a, v in zip(row, x, strict=True)) for row in A[:3].tolist()]
+    assert got[3:] == [0] * (k - 3)
+    with pytest.raises(InvalidInputError, match="2\\^52"):
+        split_matrix(np.array([[2**52 + 1]]))
+
+
+@pytest.mark.parametrize("exponent", [40, 70])
+def test_noise_beyond_float_precision_is_decided_exactly_without_the_solve(monkeypatch, exponent):
+    """ε = 2^-40 draws |Y| near 2^72, beyond float64's exact integers: values are decided in
+    floats on fl(Y) with the rounding added to the bound, the rest in integers; at ε = 2^-70 the
+    values pass 2^52 and every one is decided in integers. Each equals the exact rounding of the
+    dense lift (Fractions), and the exact solve is never called."""
+
+    def no_solve(self, Y):
+        raise AssertionError("the exact solve was called")
+
+    monkeypatch.setattr(ExactDecoder, "exact_rows", no_solve)
+    base = _grid_base(4, 2)
+    n = 40
+    counter = ContinualCounter(base=base, epsilon=2.0**-exponent, horizon=n, rng=NoiseGenerator.from_seed(11))
+    x = (np.random.default_rng(3).random(n) < 0.5).astype(int)
+    released = counter.counts(x)
+    source = counter.lattice_sources[0]
+    assert not source.exact_in_float
+    assert counter.fallbacks == n if exponent == 70 else 0 <= counter.fallbacks < n
+    alphas = list(counter.mechanism.alphas)
+    levels = len(alphas) + 1
+    L, _ = explicit_lift(base=_exact_pair(base), levels=levels, alphas=alphas, n=n)
+    k = base.n
+    w = []
+    for b, level in enumerate(_block_levels(levels, k)):
+        c = Fraction(1, 2**G) / (1 if level == 1 else alphas[level - 2])
+        w += [c * y for y in source.integers(b * k, k, level)]
+    reference = [round_half_up(sum(L[t, i] * w[i] for i in range(L.shape[1]) if L[t, i] != 0)) for t in range(n)]
+    assert [int(v) for v in np.asarray(released, dtype=object) - np.cumsum(x)] == reference
+    assert source.largest >= 2.0**53
+
+
+def test_refinement_steps_decide_near_ties_and_exact_ties_reach_the_solve(monkeypatch):
+    """Near ties (1/30 from a half-integer at 2^120, as in test_fallback_decides_near_ties_exactly) are
+    decided by refinement steps, never the solve; an exact tie of a non-dyadic decoder (P = diag(6, 1),
+    Y₀ = 3: u₀ = ½) can never be decided by an interval and reaches the exact solve."""
+    calls = []
+    solve = ExactDecoder.exact_rows
+    monkeypatch.setattr(ExactDecoder, "exact_rows", lambda self, Y: calls.append(Y) or solve(self, Y))
+    P = np.array([[3.0, 1.0], [0.0, 5.0]])
+    decoder = ExactDecoder.from_factorization(decoder=np.zeros((2, 2)), encoder=np.ldexp(P, -G))
+    assert decoder.tau > 0
+    m = 2**120  # the first interval (radius about τ·‖Y‖ ≈ 2^70) needs refinement steps
+    for Y1, expected_row0 in ((2, m + 1), (3, m)):
+        Y = [3 * m + 2, Y1]
+        release = _release(decoder, {0: Y})
+        u0 = Fraction(5 * Y[0] - Y[1], 15)
+        assert release.noise(0, 2).tolist() == [expected_row0, round_half_up(u0 + Fraction(Y[1], 5))]
+        assert release.fallbacks >= 1 and release._refined[(0, 0, 1)].steps >= 1
+    assert calls == []
+    tie = ExactDecoder.from_factorization(decoder=np.zeros((2, 2)), encoder=np.ldexp(np.diag([6.0, 1.0]), -G))
+    assert tie.tau > 0
+    release = _release(tie, {0: [3, 0]})
+    assert release.noise(0, 2).tolist() == [1, 1]  # ½ and ½ + 0, rounded half up
+    assert calls == [[3, 0]]

@@ -75,3 +75,22 @@ def test_composition_in_opendp_adds_the_maps():
     assert composed.map(2) == 0.75 and composed.check(2, 0.75) and not composed.check(2, 0.7)
     released = composed([1, 0, 1, 1])
     assert len(released) == 2 and all(len(counts) == 4 for counts in released)
+
+
+def test_refusals_stay_opendp_exceptions_and_carry_our_message():
+    """What the measurement refuses when invoked or mapped reaches the caller as OpenDP's own
+    exception (what OpenDP code catches), its message ending with this package's one line."""
+    measurement = make_private_running_counts(epsilon=1.0, horizon=4, max_value=2, seed=1)
+    cases = [
+        (lambda: measurement([0] * 5), "the vector has 5 steps, more than the horizon 4"),
+        (lambda: measurement([0, 7]), "is not an integer from 0 to 2"),
+        (lambda: measurement([-1]), "is not an integer from 0 to 2"),
+        (lambda: measurement.map(-1), "the input distance must be an integer ≥ 0"),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call, message in cases:
+            with pytest.raises(dp.OpenDPException) as raised:
+                call()
+            last = raised.value.message.strip().splitlines()[-1]
+            assert last.startswith("pure_dp_mf.errors.InvalidInputError: ") and message in last, last

@@ -9,6 +9,7 @@ fails: a certificate claim that does not hold), and Ctrl-C into one line and exi
 
 from __future__ import annotations
 
+import errno
 import importlib
 import pkgutil
 import sys
@@ -62,6 +63,11 @@ def _say(message: str) -> None:
     error_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""The write errors of a place with no room (a full disk, a quota, a file-size limit, a read-only
+file system): a user's condition, not a bug, wherever it is met."""
+
+
 def main() -> None:
     """Entry point of the ``pure-dp-mf`` script."""
     warnings.filterwarnings("ignore", message="seeded noise")  # the command says it in its own words
@@ -82,6 +88,12 @@ def main() -> None:
         where = f" (see {context.command_path} --help)" if context is not None else ""
         _say(f"error: {error.format_message()}{where}")
         sys.exit(2 if getattr(error, "exit_code", 1) == 2 or context is not None else 1)
+    except OSError as error:  # a full disk or a read-only place met after the checks: one line, no traceback
+        if error.errno not in NO_ROOM:
+            raise
+        where = f"cannot write {error.filename}: " if error.filename else ""
+        _say(f"error: {where}{error.strerror}")
+        sys.exit(2)
     except (KeyboardInterrupt, typer.Abort):
         code = 130
     if code == 130:  # Ctrl-C (typer turns KeyboardInterrupt into exit code 130)

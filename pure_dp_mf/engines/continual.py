@@ -19,6 +19,7 @@ output can be completed after a crash (``complete_output``) and a released step 
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import uuid
@@ -546,20 +547,19 @@ def complete_output(path: Path, *, journal: Journal, render, header: str | None,
     steps, one record each (after a kill the state may be ahead of the file: the missing steps'
     rows, kept in the state, are written again: the same values, no new noise). A partial last
     line is cut. ``render(first_step, rows)`` formats kept rows; ``header``, if given, is the
-    file's first line(s)."""
+    file's first line(s). Only a regular file is completed, and it is read only up to one line
+    past what the state released (a device such as /dev/full or /dev/zero reads forever)."""
     header_lines = 0 if header is None else header.count("\n") + 1
-    try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-    except (OSError, UnicodeDecodeError) as error:
-        raise InvalidInputError(f"cannot read the output {path} to complete it: {error}") from None
-    complete = text[: text.rfind("\n") + 1]
-    lines = max(complete.count("\n") - header_lines, 0)
-    if not 0 <= lines <= journal.released:
-        raise InvalidInputError(f"{path} has {lines} lines but the state has released {journal.released} steps")
+    if path.exists() and not path.is_file():
+        raise InvalidInputError(f"--output {path} is not a regular file: a resumed run completes its output file in place")
+    count, complete, total = _complete_lines(path, limit=header_lines + journal.released) if path.exists() else (0, 0, 0)
+    lines = max(count - header_lines, 0)
+    if count > header_lines + journal.released:
+        raise InvalidInputError(f"{path} has more lines than the {journal.released} steps the state has released")
     try:
         stream = open(path, "a", encoding="utf-8")
-        if len(complete) != len(text):  # a partial last line
-            stream.truncate(len(complete.encode("utf-8")))
+        if complete != total:  # a partial last line
+            stream.truncate(complete)
         if header is not None and not complete:
             stream.write(header + "\n")
         if lines < journal.released:
@@ -569,3 +569,23 @@ def complete_output(path: Path, *, journal: Journal, render, header: str | None,
     except OSError as error:
         raise storage_error(path, error) from None
     return stream
+
+
+def _complete_lines(path: Path, *, limit: int) -> tuple[int, int, int]:
+    """(complete lines, bytes up to the last newline, bytes read) of the output ``path``, read in
+    chunks and stopped once it holds more than ``limit`` lines; refuses text that is not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    count = complete = total = 0
+    try:
+        with open(path, "rb") as handle:
+            while count <= limit and (chunk := handle.read(1 << 20)):
+                decoder.decode(chunk)
+                newlines = chunk.count(b"\n")
+                if newlines:
+                    complete = total + chunk.rfind(b"\n") + 1
+                count, total = count + newlines, total + len(chunk)
+            if count <= limit:
+                decoder.decode(b"", final=True)  # the whole file read: no character cut at its end
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"cannot read the output {path} to complete it: {error}") from None
+    return count, complete, total

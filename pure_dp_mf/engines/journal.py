@@ -157,6 +157,7 @@ class Journal:
         header["checksum"] = _checksum(header)
         _claim_first(header, registry)  # a generator that feeds another lineage is refused before any file exists
         temporary = folder / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        linked = False
         try:
             os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             with sqlite3.connect(temporary, isolation_level=None) as building:
@@ -170,11 +171,15 @@ class Journal:
             building.close()
             _fsync_file(temporary)
             os.link(temporary, path)  # fails if another process created it meanwhile: theirs stands
+            linked = True
             _fsync_folder(folder)
         except FileExistsError:
             raise StateFileError(f"{path} already exists; resume it, or choose another state path") from None
         except (OSError, sqlite3.Error) as error:
-            raise storage_error(path, error) from None
+            if linked:
+                path.unlink(missing_ok=True)  # nothing was released on it: a failed creation leaves no state
+            reason = getattr(error, "strerror", None) or str(error)
+            raise StorageError(f"cannot create the state {path}: {reason}; no state was created, nothing was released") from None
         finally:
             if temporary.exists():
                 temporary.unlink()

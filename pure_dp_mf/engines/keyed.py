@@ -139,9 +139,16 @@ def check_keys(keys: Iterable[str], *, maximum: int | None = None) -> list[str]:
     characters)."""
     if isinstance(keys, (str, bytes)):
         raise InvalidInputError(f"keys must be a list of keys, not the string {keys!r} (write [{keys!r}] for one key)")
-    keys = [normalise_key(key) for key in keys]
-    if maximum is not None and len(keys) > maximum:
-        raise InvalidInputError(f"the key list holds {len(keys):,} keys, more than {maximum:,}, the most one local run releases")
+    try:
+        iterator = iter(keys)
+    except TypeError:
+        raise InvalidInputError(f"keys must be a list of keys, got {type(keys).__name__}") from None
+    listed: list[str] = []
+    for key in iterator:  # refused at key ``maximum`` + 1: a longer list (or generator) is never kept whole
+        if maximum is not None and len(listed) == maximum:
+            raise InvalidInputError(f"the key list holds more than {maximum:,} keys, the most one local run releases")
+        listed.append(normalise_key(key))
+    keys = listed
     if not keys:
         raise InvalidInputError("the key list is empty")
     seen: set[str] = set()
@@ -174,7 +181,7 @@ class ContributionBounder:
     _keys: dict = field(default_factory=dict)  # user → {key index: [steps kept, last step, sum at it]}
     dropped: int = 0
 
-    def admit(self, user: str, key: int, step: int, value: int) -> int:
+    def admit(self, user: str | None, key: int, step: int, value: int) -> int:
         """The part of this event that is kept (0 when it is dropped). An empty or missing user is
         refused (``check_user``): it is no one's, and cannot be bounded as anyone's."""
         check_user(user, where="an event")
@@ -217,7 +224,7 @@ class PerStepBounder(ContributionBounder):
 
     _step: int | None = None
 
-    def admit(self, user: str, key: int, step: int, value: int) -> int:
+    def admit(self, user: str | None, key: int, step: int, value: int) -> int:
         if step != self._step:
             self._keys.clear()
             self._step = step

@@ -55,16 +55,18 @@ STEP_FILE = "step-{:08d}.parquet"
 
 
 def read_keys(path: Path) -> list[str]:
-    """One key per line; a UTF-8 BOM dropped; blank lines are an error."""
+    """One key per line (the lines of ``str.splitlines``); a UTF-8 BOM dropped; blank lines are an
+    error. Read line by line and refused at line ``MAX_LOCAL_KEYS`` + 1, so a longer list costs
+    no more memory than the limit."""
+    lines: list[str] = []
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open(encoding="utf-8-sig") as handle:
+            for physical in handle:
+                lines.extend(physical.splitlines())
+                if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
+                    raise InvalidInputError(f"--keys {path}: more than {MAX_LOCAL_KEYS:,} keys, the most one local run releases")
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInputError(f"--keys {path}: cannot read it ({error})") from None
-    lines = text.splitlines()
-    if len(lines) > MAX_LOCAL_KEYS:  # before any key is checked or kept
-        raise InvalidInputError(
-            f"--keys {path}: {len(lines):,} keys, more than {MAX_LOCAL_KEYS:,}, the most one local run releases"
-        )
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             raise InvalidInputError(f"--keys {path}: line {number} is blank")
@@ -380,7 +382,12 @@ class KeyedSink:
     def _completed_text(self, output: Path) -> IO[str]:
         """Whole steps kept, a partial step or line cut, the last released step written if missing."""
         header = self._header()
-        text = output.read_text(encoding="utf-8") if output.exists() else ""
+        if output.exists() and not output.is_file():  # a device such as /dev/full reads forever
+            raise InvalidInputError(f"--output {output} is not a regular file: a resumed run completes its output file in place")
+        try:
+            text = output.read_text(encoding="utf-8") if output.exists() else ""
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidInputError(f"cannot read the output {output} to complete it: {error}") from None
         lines = text[: text.rfind("\n") + 1].splitlines(keepends=True)
         header_lines = header.count("\n")
         body = lines[header_lines:] if len(lines) >= header_lines else []
@@ -429,7 +436,7 @@ class KeyedSink:
             elif self._writer is not None:
                 self._writer.write_table(table)
         except OSError as error:
-            raise storage_error(self.output or "standard output", error) from None
+            raise storage_error(self.output or "standard output", error, state=self.counters.journal is not None) from None
 
     def close(self) -> None:
         if self._writer is not None:
@@ -450,6 +457,7 @@ def run_keyed_file(
     """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``),
     with a progress bar over the public schedule on a terminal (``schedule_progress``)."""
     progress = schedule_progress(through=through, released=counters.released, rows_on_terminal=sink.output is None)
+    closing: OSError | None = None
     try:
         if progress is not None:
             progress.start()
@@ -460,8 +468,14 @@ def run_keyed_file(
     finally:
         if progress is not None:
             progress.stop()
-        sink.close()
-        counters.close()
+        try:
+            sink.close()  # the last buffered text is written here: a full disk can surface now
+        except OSError as error:
+            closing = error
+        finally:
+            counters.close()
+    if closing is not None:  # only when nothing else went wrong (that error is the one raised)
+        raise storage_error(sink.output or "standard output", closing, state=counters.journal is not None)
 
 
 def check_events(source: Path | None, reader: EventReader) -> None:

@@ -142,9 +142,12 @@ def _open_sink(
         if header is not None and not counter.resumed:
             sys.stdout.write(header + "\n")
         return sys.stdout
-    if output_format in ("csv", "plain"):  # plain and csv lines carry no metadata: seeded or not, it is beside them
-        io.write_sidecar(output, summary)
     journal = counter.counter.journal
+    if output_format in ("csv", "plain"):  # plain and csv lines carry no metadata: seeded or not, it is beside them
+        try:
+            io.write_sidecar(output, summary)
+        except OSError as error:  # before any release: a state, if any, holds nothing new
+            raise storage_error(error.filename or output, error, state=journal is not None) from None
     if counter.resumed and journal is not None:
         return complete_output(output, journal=journal, render=render, header=header, rows_of=_kept_columns(counter))
     if output.exists() and output.stat().st_size > 0:

@@ -81,6 +81,14 @@ def make_private_running_counts(
         InvalidInputError: a bad ε, horizon, m (at most 2³¹ − 1: OpenDP's integer atoms are i32),
             metric or mechanism.
         ModuleNotFoundError: OpenDP is not installed (the ``opendp`` extra).
+
+    The measurement's own refusals (a vector longer than ``horizon``, a value outside [0, m], a
+    negative distance) reach the caller as OpenDP raises any error of a user function: an
+    ``OpenDPException`` (variant "FFI"), its message ending with this package's error line.
+    Values OpenDP cannot convert to its domain (not a list, not integers, beyond i32) are refused
+    by OpenDP before the function runs, with its own ``TypeError`` or ``ValueError``. (A subclass
+    of ``Measurement`` that re-raised these with only our line would not compose: OpenDP looks
+    up a measurement's type by its exact class.)
     """
     import opendp.prelude as dp
 
