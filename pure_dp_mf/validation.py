@@ -80,14 +80,20 @@ _INTEGER_TEXT = re.compile(r"-?[0-9]+(?:\.0*)?")
 MAX_DIGITS = 4000  # longer integer text is refused (Python's own limit is 4300 digits)
 
 
-def parse_integer(text: str, *, what: str) -> int:
+def parse_integer(text: str, *, what: str, data: bool = False) -> int:
     """An integer written in ASCII decimal digits ("12", "-3", also "12.0"), exactly, as a Python
     int. Anything else is refused with ``InvalidInputError`` naming ``what``: no "_", no exponent,
-    no fraction, no digits of other scripts, no text longer than ``MAX_DIGITS`` characters."""
+    no fraction, no digits of other scripts, no text longer than ``MAX_DIGITS`` characters.
+    ``data``: the text is private input, so the refusal names ``what`` (a line, a column) only,
+    never the text (a flag's value is shown, to help the user correct it)."""
     text = text.strip()
     if len(text) > MAX_DIGITS:
-        raise InvalidInputError(f"{what}: a number of {len(text)} characters is too long")
+        raise InvalidInputError(
+            f"{what}: the number is too long" if data else f"{what}: a number of {len(text)} characters is too long"
+        )
     if not text.isascii() or not _INTEGER_TEXT.fullmatch(text):
+        if data:
+            raise InvalidInputError(f"{what}: not an integer (ASCII decimal digits)")
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise InvalidInputError(f"{what}: {shown!r} is not an integer")
     return int(text.split(".")[0])
@@ -100,7 +106,7 @@ def _as_integer(value: object, *, expected: str) -> int:
         number = float(value)
         if math.isfinite(number) and number.is_integer() and abs(number) <= 2**53:
             return int(number)
-    raise InvalidInputError(f"stream value {value!r} is not {expected}")
+    raise InvalidInputError(f"a stream value (of type {type(value).__name__}) is not {expected}")
 
 
 def exact_integers(values: object) -> np.ndarray:
@@ -141,7 +147,7 @@ def check_steps(values: object, *, dimension: int, max_value: int = 1) -> np.nda
     bad = (array < 0) | (array > max_value)
     if bad.any():
         row, column = (int(i) for i in np.argwhere(bad)[0])
-        raise InvalidInputError(f"stream value {array[row, column]} is not {expected}{where(row)}")
+        raise InvalidInputError(f"a stream value is not {expected}{where(row)}")
     if dimension > 1:
         totals = array.astype(object).sum(axis=1)
         over = [i for i, total in enumerate(totals.tolist()) if total > max_value]

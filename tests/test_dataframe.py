@@ -186,14 +186,14 @@ def _dirty() -> pd.DataFrame:
 POLICY_OPTIONS = dict(keys=KEYS, epsilon=1.0, horizon=HORIZON, key_column="country", step_column="day", value_column="n")
 
 
-def test_refuse_names_the_column_value_and_row():
-    with pytest.raises(InvalidInputError, match=r"value_column 'n': '7' at row 2 is outside \[0, 2\].*3 event\(s\)"):
+def test_refuse_names_the_column_and_row_never_the_value():
+    with pytest.raises(InvalidInputError, match=r"value_column 'n': the cell at row 2 is outside \[0, 2\].*3 event\(s\)"):
         private_running_counts(_dirty(), max_value=2, generator=NoiseGenerator.from_seed(1), **POLICY_OPTIONS)
     shifted = _dirty().iloc[3:]
-    with pytest.raises(InvalidInputError, match=r"step_column 'day': '1.5' at row 1 \(index 4\) is not an integer"):
+    with pytest.raises(InvalidInputError, match=r"step_column 'day': the cell at row 1 is not an integer"):
         private_running_counts(shifted, max_value=2, **POLICY_OPTIONS)
     dates = pd.DataFrame({"key": ["a", "a"], "step": ["2025-01-01", "Jan 2"]})
-    with pytest.raises(InvalidInputError, match=r"step_column 'step': 'Jan 2' at row 1 is not an ISO date"):
+    with pytest.raises(InvalidInputError, match=r"step_column 'step': the cell at row 1 is not an ISO date"):
         private_running_counts(dates, keys=["a"], epsilon=1.0, start="2025-01-01", through=3)
 
 

@@ -189,7 +189,7 @@ def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside
     with pytest.raises(Exception, match="sum to 3"):
         vector.counts([[2, 1]])
     result = run_cli("count", "--epsilon", "1", "--horizon", "5", "--max-value", "3", "--invalid", "stop", input_text="3\n7\n")
-    assert result.returncode == 2 and "line 2: 7 is not an integer from 0 to 3" in result.stderr
+    assert result.returncode == 2 and "line 2: a value is not an integer from 0 to 3" in result.stderr
     state = tmp_path / "s.json"
     assert (
         run_cli(

@@ -294,9 +294,8 @@ def test_library_misuse_is_one_package_error():
     """Keys that are not a list, steps that are not a sequence: a ``PureDPMFError`` at once."""
     import warnings
 
-    from pure_dp_mf.engines.generator import NoiseGenerator
-
     from pure_dp_mf.engines.counter import Counter
+    from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.engines.keyed import check_keys
 
     for keys in (None, 5, "FR", b"FR"):

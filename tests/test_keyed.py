@@ -199,8 +199,8 @@ def test_count_keyed_csv_and_jsonl(tmp_path):
     [
         ([("u1", "de", 1, 1)], ("de",), ["--column", "amount"], "--column 'amount': no such column"),
         ([("u1", "de", 1, 1)], ("de", "de"), [], "twice"),
-        ([("u1", "de", "x", 1)], ("de",), [], "--step-column 'day': 'x' is not an integer"),
-        ([("u1", "de", "1_0", 1)], ("de",), [], "--step-column 'day': '1_0' is not an integer"),
+        ([("u1", "de", "x", 1)], ("de",), [], "--step-column 'day': not an integer"),
+        ([("u1", "de", "1_0", 1)], ("de",), [], "--step-column 'day': not an integer"),
         ([("u1", "de", 3, 1), ("u1", "de", 2, 1)], ("de",), [], "goes backwards"),
         ([("u1", "de", 1, 5)], ("de",), ["--column", "value", "--max-value", "3"], "outside [0, 3]"),
         ([("u1", "de", 1, 1)], ("de",), ["--user-column", "uid"], "--user-column is for --privacy-unit user"),
@@ -394,7 +394,12 @@ def test_unsorted_or_invalid_keyed_files_are_refused_before_the_first_release(tm
     assert not state.exists()  # refused before anything was created
     _write(tmp_path, [("u1", "de", 1, 1), ("u2", "fr", 2, 7)])
     invalid = _keyed(tmp_path, "--column", "value", "--max-value", "3")
-    assert invalid.returncode == 2 and "value 7 is outside [0, 3]" in invalid.stderr and invalid.stdout == ""
+    assert (
+        invalid.returncode == 2
+        and "a value is outside [0, 3]" in invalid.stderr
+        and "7" not in invalid.stderr
+        and invalid.stdout == ""
+    )
     # the same invalid events of an unlisted key, or beyond the schedule, are never looked at
     _write(tmp_path, [("u1", "de", 1, 1), ("u2", "zz", 2, 7), ("u3", "zz", 1, 1), ("u4", "de", 40, 9)])
     unseen = _keyed(tmp_path, "--column", "value", "--max-value", "3")
@@ -428,7 +433,7 @@ def test_a_keyed_stream_follows_its_invalid_policy(tmp_path):
     clamped = run_cli(*arguments, "--invalid", "clamp", input_text=text)
     assert clamped.returncode == 0 and clamped.stdout != dropped.stdout
     stopped = run_cli(*arguments, "--invalid", "stop", input_text=text)
-    assert stopped.returncode == 2 and "value 7" in stopped.stderr
+    assert stopped.returncode == 2 and "line 3: a value is outside [0, 3]" in stopped.stderr
 
 
 @pytest.mark.parametrize("blank", ["", "   "])

@@ -40,8 +40,9 @@ def parse_step_size(text: str, *, flag: str = "--step-size") -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def parse_time(text: object, *, what: str) -> datetime:
-    """An ISO 8601 date or timestamp (a ``datetime``/``date`` object passes through)."""
+def parse_time(text: object, *, what: str, data: bool = False) -> datetime:
+    """An ISO 8601 date or timestamp (a ``datetime``/``date`` object passes through). ``data``: the
+    text is private input, so a refusal names ``what`` only, never the text."""
     if isinstance(text, datetime):
         return text
     if isinstance(text, date):
@@ -52,7 +53,8 @@ def parse_time(text: object, *, what: str) -> datetime:
     try:
         return datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidInputError(f"{what}: {str(text)[:40]!r} is not an ISO date or timestamp (e.g. 2025-01-31)") from None
+        shown = "not" if data else f"{str(text)[:40]!r} is not"
+        raise InvalidInputError(f"{what}: {shown} an ISO date or timestamp (e.g. 2025-01-31)") from None
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,12 @@ class Calendar:
             raise InvalidInputError(f"--step-size must be positive, got {step_size!r}")
         return cls(start=parse_time(start, what="--start"), step_size=size)
 
-    def step_of(self, value: object, *, what: str = "--step-column") -> int:
-        """The 1-based step of a date or timestamp (≤ 0 before the start)."""
-        moment = parse_time(value, what=what)
+    def step_of(self, value: object, *, what: str = "--step-column", data: bool = True) -> int:
+        """The 1-based step of a date or timestamp (≤ 0 before the start). ``data``: the value is
+        private input (a refusal names ``what`` only); a flag's value (``--through``) is shown."""
+        moment = parse_time(value, what=what, data=data)
         if (moment.tzinfo is None) != (self.start.tzinfo is None):
-            raise InvalidInputError(f"{what}: {str(value)[:40]!r} and --start must both have a time zone or both have none")
+            raise InvalidInputError(f"{what}: the date and --start must both have a time zone or both have none")
         return (moment - self.start) // self.step_size + 1
 
     def period(self, step: int) -> str:
@@ -106,7 +109,7 @@ class Calendar:
     def steps_through(self, value: object) -> int:
         """The last step whose period begins at or before ``value`` (for ``--through DATE``); a
         date before the start is refused."""
-        step = self.step_of(value, what="--through")
+        step = self.step_of(value, what="--through", data=False)
         if step < 1:
             raise InvalidInputError(f"--through {str(value).strip()} is before --start")
         return step

@@ -317,29 +317,25 @@ def _empty_users(table: _Table) -> np.ndarray:
 
 
 def _refusal(table: _Table, *, frame, columns: dict, bad: np.ndarray, max_value: int, dates: bool) -> str:
-    """The message of ``invalid="refuse"``: the first invalid event's column, value and row (for
+    """The message of ``invalid="refuse"``: the first invalid event's column and row, never its value (for
     an empty user: its column and row, ``keyed.check_user``'s words)."""
     first = int(np.flatnonzero(bad)[0])
     position = int(table.rows[first])
-    label = frame.index[position]
-    where = f"row {position}" if label == position else f"row {position} (index {label!r})"
+    where = f"row {position}"  # the position only: neither the cell nor the frame's index label (data)
     step_or_value_bad = not table.step_ok[first] or not table.value_ok[first] or not 0 <= table.values[first] <= max_value
     if not step_or_value_bad:  # the user is empty
         error = empty_user_error(f"user_column {columns['user_column']!r} at {where}")
         return f"{error}; {int(bad.sum())} event(s) of listed keys in the schedule are invalid and nothing was released"
     argument = "step_column" if not table.step_ok[first] else "value_column"
     column = columns[argument]
-    cell = frame[column].iloc[position]
-    cell = cell.item() if isinstance(cell, np.generic) else cell
     if argument == "step_column":
         what = "is not an ISO date or timestamp (in the time zone of start, or none)" if dates else "is not an integer"
     elif not table.value_ok[first]:
         what = "is not an integer"
     else:
         what = f"is outside [0, {max_value}] (max_value)"
-    shown = repr(cell) if len(repr(cell)) <= 60 else repr(cell)[:57] + "..."
     return (
-        f"{argument} {column!r}: {shown} at {where} {what}; {int(bad.sum())} event(s) of listed keys in the schedule are "
+        f"{argument} {column!r}: the cell at {where} {what}; {int(bad.sum())} event(s) of listed keys in the schedule are "
         f"invalid and nothing was released (invalid='refuse'; 'zero' drops them, 'clamp' clamps their values)"
     )
 

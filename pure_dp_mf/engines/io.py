@@ -158,13 +158,13 @@ class StepReader:
             tokens = text.replace(",", " ").split()
             if len(tokens) != self.dimension:
                 raise InvalidInputError(f"line {number}: expected {self.dimension} value(s), got {len(tokens)}")
-            values = [parse_integer(token, what=f"line {number}") for token in tokens]
+            values = [parse_integer(token, what=f"line {number}", data=True) for token in tokens]
             expected = "0 or 1" if self.max_value == 1 else f"an integer from 0 to {self.max_value}"
             for value in values:
                 if not 0 <= value <= self.max_value:
-                    raise InvalidInputError(f"line {number}: {value} is not {expected}")
+                    raise InvalidInputError(f"line {number}: a value is not {expected}")
             if sum(values) > self.max_value:
-                raise InvalidInputError(f"line {number}: the values sum to {sum(values)}, more than --max-value {self.max_value}")
+                raise InvalidInputError(f"line {number}: the values sum to more than --max-value {self.max_value}")
             return values
         except InvalidInputError:
             if self.policy in ("refuse", "stop"):
@@ -179,7 +179,9 @@ class StepReader:
         to ℓ1 norm ≤ m by cutting from the last coordinate); an unparsable line is all zeros."""
         try:
             text = _field(line.decode("utf-8", errors="strict").strip(), self._select, number=0)
-            values = [min(max(parse_integer(t, what="value"), 0), self.max_value) for t in text.replace(",", " ").split()]
+            values = [
+                min(max(parse_integer(t, what="value", data=True), 0), self.max_value) for t in text.replace(",", " ").split()
+            ]
         except (InvalidInputError, UnicodeDecodeError):
             return [0] * self.dimension
         if len(values) != self.dimension:

@@ -582,7 +582,7 @@ class KeyedCounters(_KeyedState):
             self.dropped_unknown += 1
             return -1, 0
         if not 0 <= value <= self.max_value:
-            raise InvalidInputError(f"value {value} is outside [0, {self.max_value}]")
+            raise InvalidInputError(f"a value is outside [0, {self.max_value}]")
         if self.bounder is not None:
             if self.privacy_unit == "step":
                 user = STEP_USER  # a step's whole input is one unit

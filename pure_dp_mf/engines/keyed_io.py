@@ -173,7 +173,11 @@ class EventReader:
         if step < last:
             return self._invalid(f"line {number}: step {step} goes backwards (after step {last}); sort the input by step")
         try:
-            value = parse_integer(row[positions["--column"]], what=f"line {number}: --column") if "--column" in positions else 1
+            value = (
+                parse_integer(row[positions["--column"]], what=f"line {number}: --column", data=True)
+                if "--column" in positions
+                else 1
+            )
         except InvalidInputError as error:
             return self._invalid(str(error))
         if not 0 <= value <= self.max_value:
@@ -181,7 +185,7 @@ class EventReader:
                 self.invalid += 1
                 value = min(max(value, 0), self.max_value)
             else:
-                return self._invalid(f"line {number}: value {value} is outside [0, {self.max_value}] (--max-value)")
+                return self._invalid(f"line {number}: a value is outside [0, {self.max_value}] (--max-value)")
         user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
         if user is not None and not user:  # no one's event: refused or dropped by the policy (``keyed.check_user``)
             return self._invalid(str(empty_user_error(f"line {number}: --user-column {self.columns['--user-column']!r}")))
@@ -193,7 +197,7 @@ class EventReader:
         if self.calendar is not None:
             return self.calendar.step_of(text, what=what)
         try:
-            return parse_integer(text, what=what)
+            return parse_integer(text, what=what, data=True)
         except InvalidInputError as error:
             if "-" in text or ":" in text:
                 raise InvalidInputError(f"{error} (dates and timestamps need --start and --step-size)") from None
