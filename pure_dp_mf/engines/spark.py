@@ -142,8 +142,10 @@ def _shard_groups(
     travels as one row (key, position in the list, shard, step 0) beside its events (position,
     shard, step ≥ 1, value), so a shard's group holds its own keys and its events and nothing
     else: no task carries the whole key list, and a worker holds one shard at a time. The rows
-    are hash-partitioned by shard into one partition per shard (``repartition``: adaptive
-    execution does not merge these, so the shards spread over every core)."""
+    go to exactly one partition per shard: each row carries its shard's ``bucket``, a value that
+    Spark's hash partitioning sends to partition ``shard`` (``_partition_buckets``), and the rows
+    are hash-partitioned by it into as many partitions as shards (``repartition``: adaptive
+    execution does not merge these), so every task releases one shard and the tasks are equal."""
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
@@ -185,12 +187,35 @@ def _shard_groups(
             lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value),
             "key string, step long, value long, position long, shard long",
         )
-    kept = table.select(F.lit(None).cast("string").alias("key"), "position", "shard", "step", "value")
-    key_rows = key_table.select(
-        "key", "position", "shard", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value")
-    )
     shards = -(-len(keys) // keys_per_shard)
-    return kept.unionByName(key_rows).repartition(shards, "shard").groupBy("shard"), settings, through
+    buckets = _partition_buckets(spark, shards)
+    bucket = F.element_at(F.array(*[F.lit(value) for value in buckets]), F.col("shard").cast("int") + 1)
+    bucket = bucket.cast("long").alias("bucket")  # a long, as the ids whose hash chose it
+    kept = table.select(F.lit(None).cast("string").alias("key"), "position", "shard", "step", "value", bucket)
+    key_rows = key_table.select(
+        "key", "position", "shard", F.lit(0).cast("long").alias("step"), F.lit(0).cast("long").alias("value"), bucket
+    )
+    # hash-partitioned by bucket, the rows are already clustered by (bucket, shard): no second exchange
+    return kept.unionByName(key_rows).repartition(shards, "bucket").groupBy("bucket", "shard"), settings, through
+
+
+def _partition_buckets(spark, partitions: int) -> list[int]:
+    """For each partition p in 0 … partitions − 1, a long whose hash partition among ``partitions``
+    is p (the least such in 0, 1, 2, …), by Spark's own hash (``pmod(hash(x), partitions)``, the
+    expression of its hash partitioning), evaluated by one small job. Partitioning by shard id
+    directly would put several shards in one partition and none in others (about a third of the
+    partitions empty at 100 shards), so that some tasks release two to four shards each while the
+    other cores wait."""
+    from pyspark.sql import functions as F
+
+    found: dict[int, int] = {}
+    start, stop = 0, 32 * partitions  # a value misses a given partition with odds e^-32 in the first span
+    column = F.pmod(F.hash(F.col("id")), F.lit(partitions)).alias("partition")
+    while len(found) < partitions:
+        for row in spark.range(start, stop, numPartitions=1).select("id", column).collect():
+            found.setdefault(int(row["partition"]), int(row["id"]))
+        start, stop = stop, 2 * stop
+    return [found[partition] for partition in range(partitions)]
 
 
 _INTEGER = "^-?[0-9]+(\\.0*)?$"
@@ -799,8 +824,11 @@ def local_session(app_name: str = "pure-dp-mf"):
     when unset, so that the workers import this package; the driver's heap from
     ``session_memory``; no web UI, no progress bars, and Spark's own log at
     ``PURE_DP_MF_SPARK_LOG_LEVEL`` (default OFF: a failure is one ``error:`` line, ``spark_error``).
-    A missing PySpark, a missing Java and a JVM that fails to start are each one
-    ``InvalidInputError`` line."""
+    The JVM exits at its first ``OutOfMemoryError`` (``-XX:+ExitOnOutOfMemoryError``): a heap
+    exhausted in one of Spark's own threads (the scheduler's event loop, a broadcast) would
+    otherwise leave the job waiting forever; so ended, the job fails with one line naming
+    ``PURE_DP_MF_SPARK_MEMORY`` (``spark_error``). A missing PySpark, a missing Java, a JVM that
+    fails to start and a heap below Spark's minimum are each one ``InvalidInputError`` line."""
     import sys
 
     try:
@@ -821,6 +849,8 @@ def local_session(app_name: str = "pure-dp-mf"):
         SparkSession.builder.master(os.environ.get("PURE_DP_MF_SPARK_MASTER", "local[2]"))
         .appName(app_name)
         .config("spark.driver.memory", session_memory())
+        .config("spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError")
+        .config("spark.log.level", level)  # from the context's start (setLogLevel below: a session made before)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
@@ -833,6 +863,8 @@ def local_session(app_name: str = "pure-dp-mf"):
             f"Spark needs Java 17: the JVM did not start ({_one_line(error)}); check that java -version says 17 or later, "
             f"or {JAVA_INSTALL}"
         ) from None
+    except _spark_failures() as error:  # the JVM started, the SparkContext did not
+        raise spark_error(error) from None
     session.sparkContext.setLogLevel(level)
     return session
 
@@ -855,6 +887,11 @@ def spark_error(error: BaseException, *, keys_per_shard: int | None = None) -> P
     attached to it, which can quote the data (a value that did not cast)."""
     text = str(error)
     shard = f" (now {keys_per_shard})" if keys_per_shard is not None else ""
+    if "INVALID_DRIVER_MEMORY" in text or "Insufficient driver memory" in text:
+        return InvalidInputError(
+            f"{MEMORY_SETTING}={session_memory()} is below the heap Spark needs to start (about 450 MiB): "
+            f"raise {MEMORY_SETTING} (e.g. 1g)"
+        )
     if "OutOfMemoryError" in text or "GC overhead limit exceeded" in text:
         kind = "GC overhead limit exceeded" if "GC overhead" in text else "java.lang.OutOfMemoryError"
         return SparkJobError(
