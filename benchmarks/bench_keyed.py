@@ -36,8 +36,9 @@ minute each on a 2-core machine).
 * ``--spark-stream``: Spark Structured Streaming (``private_running_counts_stream``) on
   local[2], one file of events and one tick of the public clock (``file_clock``) per step, one
   micro-batch per step; per-micro-batch wall times for each of ``--stream-keys`` (default 10⁴
-  and 10⁵) and ``--stream-shards`` (keys released per Python call), and the state store's size
-  after the last batch. The generator is a key file (``NoiseGenerator.from_key_file``) bound to
+  and 10⁵), ``--stream-shards`` (keys released per Python call) and ``--stream-partitions`` (the
+  state store's partitions, ``spark.sql.shuffle.partitions``: default 2, Spark's own default is
+  200), and the state store's size after the last batch. The generator is a key file (``NoiseGenerator.from_key_file``) bound to
   the query's checkpoint.
 * Memory: the peak resident memory of a fresh process releasing K keys × n steps on the local
   engine, for each of ``--memory-shapes`` (default 10³ × 10³, 10³ × 10⁴, 10⁴ × 10³).
@@ -234,7 +235,7 @@ def watched(command: list[str], environment: dict, *, timeout: float) -> dict:
 
     peaks = {"driver": 0, "jvm": 0, "worker": 0, "workers": 0}
     cpu: dict[int, float] = {}  # the last user + system seconds seen of each process of the tree
-    role: dict[int, str] = {}  # each process's part: driver, jvm or workers
+    role: dict[int, str] = {}  # each process's part: driver, jvm, workers or other (``part``)
     start = time.perf_counter()
     child = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(child.pid)
@@ -252,21 +253,19 @@ def watched(command: list[str], environment: dict, *, timeout: float) -> dict:
             workers = 0
             for process in tree:
                 try:
-                    rss, line = process.memory_info().rss, " ".join(process.cmdline())
+                    rss = process.memory_info().rss
                     times = process.cpu_times()
-                    cpu[process.pid] = times.user + times.system
+                    if role.get(process.pid, "other") == "other":  # a launcher script may exec the JVM
+                        role[process.pid] = part(process, root)
                 except psutil.Error:
                     continue
-                if process.pid == root.pid:
-                    peaks["driver"] = max(peaks["driver"], rss)
-                    role[process.pid] = "driver"
-                elif "java" in os.path.basename(process.cmdline()[0] if process.cmdline() else ""):
-                    peaks["jvm"] = max(peaks["jvm"], rss)
-                    role[process.pid] = "jvm"
-                elif "pyspark" in line:
+                cpu[process.pid] = times.user + times.system
+                kind = role[process.pid]
+                if kind == "workers":
                     peaks["worker"] = max(peaks["worker"], rss)
                     workers += rss
-                    role[process.pid] = "workers"
+                elif kind in ("driver", "jvm"):
+                    peaks[kind] = max(peaks[kind], rss)
             peaks["workers"] = max(peaks["workers"], workers)
         except psutil.Error:
             pass
@@ -279,6 +278,28 @@ def watched(command: list[str], environment: dict, *, timeout: float) -> dict:
     parts = {f"cpu_{name}": sum(seconds for pid, seconds in cpu.items() if role.get(pid) == name) for name in ROLES}
     loads = {"load_before": load_before, "load_after": load_average()}
     return {"seconds": seconds, "cpu_seconds": sum(cpu.values()), **parts, **memory, **loads, "stdout": out}
+
+
+def part(process, root) -> str:
+    """Which part of a Spark run a process is: the driver (the command), the JVM (a java
+    executable: its class path names pyspark too), a Python worker (``pyspark.daemon`` and the
+    workers it forks), or other (the launcher scripts, one of which becomes the JVM). Read once
+    per process and kept (an exiting JVM's arguments read empty: it stays the JVM); a process
+    whose arguments cannot be read raises ``psutil.Error`` and is classified at the next sample."""
+    if process.pid == root.pid:
+        return "driver"
+    arguments = process.cmdline()
+    if not arguments:
+        raise psutil_error()
+    if "java" in os.path.basename(arguments[0]):
+        return "jvm"
+    return "workers" if any(name.startswith("pyspark.") for name in arguments) else "other"
+
+
+def psutil_error() -> Exception:
+    import psutil
+
+    return psutil.Error("no arguments")
 
 
 def load_average() -> str:
@@ -419,7 +440,15 @@ def scaling_table(rows: list[dict]) -> None:
 
 
 def spark_stream_latency(
-    session, keys: int, steps: int, events_per_step: int, folder: str, *, keys_per_shard: int, base: str | None
+    session,
+    keys: int,
+    steps: int,
+    events_per_step: int,
+    folder: str,
+    *,
+    keys_per_shard: int,
+    base: str | None,
+    partitions: int = 2,
 ) -> dict:
     """Spark Structured Streaming on local[2]: one file of events and one clock tick per step, one
     micro-batch per step (``maxFilesPerTrigger`` 1 on both); the per-micro-batch wall time
@@ -442,6 +471,7 @@ def spark_stream_latency(
         for written in (path, tick):  # the file sources read in modification-time order
             os.utime(written, (1_000_000 + step, 1_000_000 + step))
     checkpoint = f"{folder}/checkpoint"
+    session.conf.set("spark.sql.shuffle.partitions", str(partitions))  # the state store's partitions, fixed at the start
     stream = session.readStream.schema("key string, step long").option("header", True).option("maxFilesPerTrigger", 1)
     released = private_running_counts_stream(
         stream.csv(f"{folder}/in"),
@@ -472,6 +502,7 @@ def spark_stream_latency(
     return {
         "keys": keys,
         "keys_per_shard": keys_per_shard,
+        "partitions": partitions,
         "batches": len(durations),
         "first_seconds": durations[0],
         "median_seconds": statistics.median(durations),
@@ -482,34 +513,41 @@ def spark_stream_latency(
 
 
 def stream_part(session, arguments: argparse.Namespace, scratch: str) -> list[dict]:
-    """The streaming latencies of every ``--stream-keys`` and ``--stream-shards``, side by side."""
+    """The streaming latencies of every ``--stream-keys``, ``--stream-shards`` and
+    ``--stream-partitions`` (the state store's partitions, ``spark.sql.shuffle.partitions``), side
+    by side, with the load average before and after each query."""
     results = []
     for keys in arguments.stream_keys:
         medians = {}
         for keys_per_shard in arguments.stream_shards:
-            latency = spark_stream_latency(
-                session,
-                keys,
-                arguments.stream_steps,
-                arguments.stream_events or 10 * keys,
-                os.path.join(arguments.stream_folder or scratch, f"stream_{keys}_shards{keys_per_shard}"),
-                keys_per_shard=keys_per_shard,
-                base=arguments.base,
-            )
-            results.append(latency)
-            medians[keys_per_shard] = latency["median_seconds"]
-            print(
-                f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, "
-                f"{latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
-                f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s; state store "
-                f"{latency['state_rows']} rows, {latency['state_bytes'] / 2**20:.2f} MiB",
-                flush=True,
-            )
+            for partitions in arguments.stream_partitions:
+                before = load_average()
+                latency = spark_stream_latency(
+                    session,
+                    keys,
+                    arguments.stream_steps,
+                    arguments.stream_events or 10 * keys,
+                    os.path.join(arguments.stream_folder or scratch, f"stream_{keys}_shards{keys_per_shard}_p{partitions}"),
+                    keys_per_shard=keys_per_shard,
+                    base=arguments.base,
+                    partitions=partitions,
+                )
+                results.append(latency)
+                medians[(keys_per_shard, partitions)] = latency["median_seconds"]
+                print(
+                    f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, {partitions} "
+                    f"state partitions, {latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
+                    f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s; state store "
+                    f"{latency['state_rows']} rows, {latency['state_bytes'] / 2**20:.2f} MiB; load {before} → {load_average()}",
+                    flush=True,
+                )
         if len(medians) > 1:
             slowest = max(medians, key=medians.get)
-            for keys_per_shard, median in medians.items():
-                if keys_per_shard != slowest:
-                    print(f"  median ratio {slowest} / {keys_per_shard} keys per shard: {medians[slowest] / median:.1f}x")
+            for setting, median in medians.items():
+                if setting != slowest:
+                    print(
+                        f"  median ratio {slowest} / {setting} (keys per shard, state partitions): {medians[slowest] / median:.1f}x"
+                    )
     return results
 
 
@@ -559,7 +597,8 @@ def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict],
     for stream in streams:
         goal = "first ≤ 5 s, median ≤ 1 s" if stream["keys"] <= 10_000 else "median ≤ 5 s, state store size reported"
         print(
-            f"| Spark streaming, {stream['keys']:,} keys ({stream['keys_per_shard']} a shard), one step per micro-batch | {goal} | "
+            f"| Spark streaming, {stream['keys']:,} keys ({stream['keys_per_shard']} a shard, {stream['partitions']} state "
+            f"partitions), one step per micro-batch | {goal} | "
             f"first {stream['first_seconds']:.1f} s, median {stream['median_seconds']:.2f} s; state store "
             f"{stream['state_rows']} rows, {stream['state_bytes'] / 2**20:.2f} MiB |"
         )
@@ -643,6 +682,13 @@ def main() -> None:
         nargs="+",
         default=[1024],
         help="keys per shard to time side by side (1: one Python call per key)",
+    )
+    parser.add_argument(
+        "--stream-partitions",
+        type=int,
+        nargs="+",
+        default=[2],
+        help="state store partitions (spark.sql.shuffle.partitions) to time side by side (Spark's default: 200)",
     )
     parser.add_argument(
         "--memory-shapes",

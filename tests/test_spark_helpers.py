@@ -183,7 +183,15 @@ def test_spark_failures_are_one_line_naming_the_setting_and_no_data(monkeypatch)
         RuntimeError("[CAST_OVERFLOW] The value 98765432109876543210BD cannot be cast\norg.apache.spark.SparkArithmeticException")
     )
     assert "98765432109876543210" not in str(cast) and "org.apache.spark.SparkArithmeticException" in str(cast)
-    for error in (heap, worker, refused, cast):
+    monkeypatch.setenv("PURE_DP_MF_SPARK_MEMORY", "64m")
+    start = spark_engine.spark_error(
+        RuntimeError(
+            "[INVALID_DRIVER_MEMORY.SYSTEM_MEMORY] Insufficient driver memory: System memory 67108864 must be at least "
+            "471859200.\nPlease increase heap size"
+        )
+    )
+    assert isinstance(start, InvalidInputError) and str(start).startswith("PURE_DP_MF_SPARK_MEMORY=64m is below")
+    for error in (heap, worker, refused, cast, start):
         assert "\n" not in str(error)
 
 
