@@ -4,6 +4,8 @@ values kept or rebuilt)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -258,3 +260,24 @@ def test_count_on_spark_refuses_what_it_would_ignore_before_spark_starts(tmp_pat
         assert "Traceback" not in finished.stderr
     assert not (tmp_path / "s").exists() and not (tmp_path / "log").exists()
     assert (tmp_path / "old.csv").read_text() == "key,step,count,std,lower,upper\n"
+
+
+def test_a_stream_with_more_state_partitions_than_shards_warns():
+    class Settings:
+        def __init__(self, partitions: str) -> None:
+            self.partitions = partitions
+
+        def get(self, name: str, default: str) -> str:
+            assert name == "spark.sql.shuffle.partitions"
+            return self.partitions
+
+    class Session:
+        def __init__(self, partitions: str) -> None:
+            self.conf = Settings(partitions)
+
+    with pytest.warns(UserWarning, match="spark.sql.shuffle.partitions is 200, more than this query's 10 shard"):
+        spark_engine._check_state_partitions(Session("200"), 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spark_engine._check_state_partitions(Session("2"), 10)
+        spark_engine._check_state_partitions(Session("10"), 10)
