@@ -21,19 +21,24 @@ minute each on a 2-core machine).
   (variance 2·(n/ε)²) and against the binary tree (``planner.comparison_rows``: exact finite-n
   errors).
 * ``--spark``: the scaling of Spark batch, each run a fresh process (start-up included) whose
-  process tree's peak resident memory is sampled from outside (the Python driver, the JVM, one
-  Python worker and all of them): for each of ``--spark-keys`` (default 10⁴ and 10⁵ keys) ×
-  ``--spark-steps`` (365), ``--spark-events-per-key`` events a key (10: sparse), ``pure-dp-mf
-  count`` with the local engine (up to ``--local-max-keys``) and with ``--engine spark`` on each
-  of ``--spark-masters`` (local[1] and local[2]), every one writing a CSV file through its sink
-  (the files are checked byte-identical), and the DataFrame API on local[2]
-  (``private_running_counts(…).write.parquet``); time, rows per second, memory, the ratios
-  local[1]/local[2] and Spark/local.
+  process tree's peak resident memory and CPU time are sampled from outside (the Python driver,
+  the JVM, one Python worker and all of them), with the load average before and after: for each
+  of ``--spark-keys`` (default 10⁴ and 10⁵ keys; 10⁶ by naming it) × ``--spark-steps`` (365),
+  ``--spark-events-per-key`` events a key (10: sparse), the runs of ``--spark-runs``: ``pure-dp-mf
+  count`` with the local engine (up to ``--local-max-keys``), with ``--engine spark`` on each of
+  ``--spark-masters`` (local[1] and local[2], ``PURE_DP_MF_SPARK_MASTER``), both writing
+  ``--spark-sink`` (csv: the files checked byte-identical; parquet), and the DataFrame API on each
+  of ``--api-masters`` (``private_running_counts(…).write.parquet``: Spark's writer); every Parquet
+  output is checked for its rows and the total of its counts. Time, rows per second, CPU time,
+  memory, the ratios local[1]/local[2] and Spark/local. A run past ``--spark-timeout`` seconds is
+  stopped. E.g. 10⁶ keys through the DataFrame API only: ``--spark --spark-keys 1000000
+  --spark-runs api``.
 * ``--spark-stream``: Spark Structured Streaming (``private_running_counts_stream``) on
   local[2], one file of events and one tick of the public clock (``file_clock``) per step, one
   micro-batch per step; per-micro-batch wall times for each of ``--stream-keys`` (default 10⁴
-  and 10⁵) and ``--stream-shards`` (keys released per Python call), and the state store's size
-  after the last batch. The generator is a key file (``NoiseGenerator.from_key_file``) bound to
+  and 10⁵), ``--stream-shards`` (keys released per Python call) and ``--stream-partitions`` (the
+  state store's partitions, ``spark.sql.shuffle.partitions``: default 2, Spark's own default is
+  200), and the state store's size after the last batch. The generator is a key file (``NoiseGenerator.from_key_file``) bound to
   the query's checkpoint.
 * Memory: the peak resident memory of a fresh process releasing K keys × n steps on the local
   engine, for each of ``--memory-shapes`` (default 10³ × 10³, 10³ × 10⁴, 10⁴ × 10³).
@@ -216,38 +221,51 @@ def write_events(folder: str, keys: int, steps: int, per_key: int) -> tuple[str,
     return keys_file, events_file
 
 
-def watched(command: list[str], environment: dict) -> dict:
+def watched(command: list[str], environment: dict, *, timeout: float) -> dict:
     """Run ``command`` and sample its process tree's resident memory every 0.2 s (psutil): the
     peak of the Python driver (the command), of the JVM, of one Python worker and of all Python
-    workers together; the wall time, and the CPU time of the whole tree (user + system, as last
-    sampled: on a shared machine the wall time depends on the load, the CPU time much less)."""
+    workers together; the wall time, and the CPU time of the whole tree and of each part (user +
+    system, as last sampled: on a shared machine the wall time depends on the load, the CPU time
+    much less); the load average before and after. A run past ``timeout`` seconds is killed."""
     import subprocess
 
     import psutil
 
+    load_before = load_average()
+
     peaks = {"driver": 0, "jvm": 0, "worker": 0, "workers": 0}
     cpu: dict[int, float] = {}  # the last user + system seconds seen of each process of the tree
+    role: dict[int, str] = {}  # each process's part: driver, jvm, workers or other (``part``)
     start = time.perf_counter()
     child = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(child.pid)
     while child.poll() is None:
+        if time.perf_counter() - start > timeout:
+            for process in [*root.children(recursive=True), root]:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+            child.wait()
+            raise RuntimeError(f"{' '.join(command[:4])} … ran past {timeout:.0f} s and was stopped")
         try:
             tree = [root, *root.children(recursive=True)]
             workers = 0
             for process in tree:
                 try:
-                    rss, line = process.memory_info().rss, " ".join(process.cmdline())
+                    rss = process.memory_info().rss
                     times = process.cpu_times()
-                    cpu[process.pid] = times.user + times.system
+                    if role.get(process.pid, "other") == "other":  # a launcher script may exec the JVM
+                        role[process.pid] = part(process, root)
                 except psutil.Error:
                     continue
-                if process.pid == root.pid:
-                    peaks["driver"] = max(peaks["driver"], rss)
-                elif "java" in os.path.basename(process.cmdline()[0] if process.cmdline() else ""):
-                    peaks["jvm"] = max(peaks["jvm"], rss)
-                elif "pyspark" in line:
+                cpu[process.pid] = times.user + times.system
+                kind = role[process.pid]
+                if kind == "workers":
                     peaks["worker"] = max(peaks["worker"], rss)
                     workers += rss
+                elif kind in ("driver", "jvm"):
+                    peaks[kind] = max(peaks[kind], rss)
             peaks["workers"] = max(peaks["workers"], workers)
         except psutil.Error:
             pass
@@ -257,81 +275,180 @@ def watched(command: list[str], environment: dict) -> dict:
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} … failed ({child.returncode}): {err.strip().splitlines()[-1:] or ''}")
     memory = {name: value / 2**20 for name, value in peaks.items()}
-    return {"seconds": seconds, "cpu_seconds": sum(cpu.values()), **memory, "stdout": out}
+    parts = {f"cpu_{name}": sum(seconds for pid, seconds in cpu.items() if role.get(pid) == name) for name in ROLES}
+    loads = {"load_before": load_before, "load_after": load_average()}
+    return {"seconds": seconds, "cpu_seconds": sum(cpu.values()), **parts, **memory, **loads, "stdout": out}
 
 
-def spark_scaling(keys: int, steps: int, per_key: int, folder: str, *, masters: list[str], local: bool, api: bool) -> list[dict]:
-    """One shape (keys × steps, ``per_key`` events a key) through the CLI: the local engine (when
-    ``local``) and ``--engine spark`` on each of ``masters``, each writing a CSV file (the same
-    bytes: checked), and through the DataFrame API on local[2] (``private_running_counts`` written
-    as Parquet by Spark). Each run is a fresh process, start-up included; its peak memory sampled
-    from outside (``watched``)."""
+def part(process, root) -> str:
+    """Which part of a Spark run a process is: the driver (the command), the JVM (a java
+    executable: its class path names pyspark too), a Python worker (``pyspark.daemon`` and the
+    workers it forks), or other (the launcher scripts, one of which becomes the JVM). Read once
+    per process and kept (an exiting JVM's arguments read empty: it stays the JVM); a process
+    whose arguments cannot be read raises ``psutil.Error`` and is classified at the next sample."""
+    if process.pid == root.pid:
+        return "driver"
+    arguments = process.cmdline()
+    if not arguments:
+        raise psutil_error()
+    if "java" in os.path.basename(arguments[0]):
+        return "jvm"
+    return "workers" if any(name.startswith("pyspark.") for name in arguments) else "other"
+
+
+def psutil_error() -> Exception:
+    import psutil
+
+    return psutil.Error("no arguments")
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average (runnable processes; 2 cores here), as text."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+ROLES = ("driver", "jvm", "workers")
+
+
+def spark_scaling(
+    keys: int,
+    steps: int,
+    per_key: int,
+    folder: str,
+    *,
+    runs: list[str],
+    masters: list[str],
+    api_masters: list[str],
+    sink: str,
+    local: bool,
+    timeout: float,
+) -> list[dict]:
+    """One shape (keys × steps, ``per_key`` events a key), each run a fresh process, start-up
+    included, its peak memory and CPU time sampled from outside (``watched``):
+
+    * ``local`` in ``runs`` (and ``local`` true): ``pure-dp-mf count`` on the local engine;
+    * ``cli``: ``pure-dp-mf count --engine spark`` on each of ``masters``
+      (``PURE_DP_MF_SPARK_MASTER``);
+    * ``api``: ``private_running_counts(…).write.parquet(…)`` (the DataFrame API, Spark's own
+      Parquet writer) on each of ``api_masters``.
+
+    The command runs write ``sink``: csv (one file, the local engine's and Spark's byte-identical:
+    checked) or parquet (the local engine one file, Spark a folder of one file a shard). Every
+    Parquet output is checked to hold keys × steps rows with the same total of the released counts
+    (the same releases, read back one column of one file at a time)."""
     import filecmp
 
     os.makedirs(folder, exist_ok=True)
     keys_file, events_file = write_events(folder, keys, steps, per_key)
     base = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", "count", events_file, "--key-column", "key"]
     base += ["--keys", keys_file, "--step-column", "step", "--horizon", str(steps), "--epsilon", "1", "--seed", "1"]
+    base += ["--format", sink]
     environment = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    plan = [("local engine", "local", None)] if "local" in runs and local else []
+    plan += [(f"CLI {master}", "spark", master) for master in masters] if "cli" in runs else []
+    plan += [(f"DataFrame API {master}", "api", master) for master in api_masters] if "api" in runs else []
     rows, outputs = [], []
-    runs = ([("local engine", "local", None)] if local else []) + [(f"CLI {master}", "spark", master) for master in masters]
-    for label, engine, master in runs:
-        output = os.path.join(folder, f"out-{engine}-{(master or '').strip('local[]') or 'x'}.csv")
-        if os.path.exists(output):
-            os.unlink(output)
+    for label, engine, master in plan:
+        name = re.sub(r"[^0-9a-z]+", "", (master or "x").lower())
+        output = os.path.join(folder, f"out-{engine}-{name}.{'parquet' if engine == 'api' else sink}")
+        remove(output)
         run_environment = environment if master is None else {**environment, "PURE_DP_MF_SPARK_MASTER": master}
-        result = watched([*base, "--engine", engine, "--output", output], run_environment)
+        if engine == "api":
+            command = [sys.executable, "-c", SPARK_API_CHILD, events_file, keys_file, str(steps), output]
+        else:
+            command = [*base, "--engine", engine, "--output", output]
+        result = watched(command, run_environment, timeout=timeout)
+        result["check"] = released_digest(output) if output.endswith(".parquet") else None
         outputs.append(output)
-        rows.append({"keys": keys, "steps": steps, "events": keys * per_key, "run": label, "sink": "csv", **result})
+        sink_name = "parquet (Spark's writer)" if engine == "api" else sink
+        rows.append({"keys": keys, "steps": steps, "events": keys * per_key, "run": label, "sink": sink_name, **result})
         print_scaling(rows[-1])
-    if api:
-        output = os.path.join(folder, "out-api.parquet")
-        shutil.rmtree(output, ignore_errors=True)
-        command = [sys.executable, "-c", SPARK_API_CHILD, events_file, keys_file, str(steps), output]
-        result = watched(command, {**environment, "PURE_DP_MF_SPARK_MASTER": "local[2]"})
-        rows.append({"keys": keys, "steps": steps, "events": keys * per_key, "run": "DataFrame API local[2]", "sink": "parquet"})
-        rows[-1].update(result)
-        print_scaling(rows[-1])
-        shutil.rmtree(output, ignore_errors=True)
-    same = all(filecmp.cmp(outputs[0], other, shallow=False) for other in outputs[1:])
+        if result["check"] is not None and result["check"][0] != keys * steps:
+            raise SystemExit(f"{label} wrote {result['check'][0]} rows, not {keys} keys × {steps} steps")
+    digests = {row["check"] for row in rows if row["check"] is not None}
+    texts = [output for output in outputs if not output.endswith(".parquet")]
+    same = len(digests) <= 1 and all(filecmp.cmp(texts[0], other, shallow=False) for other in texts[1:])
     for output in outputs:
-        os.unlink(output)
+        remove(output)
     if not same:
         raise SystemExit("the local engine and Spark wrote different releases for the same seed")
     return rows
+
+
+def remove(path: str) -> None:
+    """An output of an earlier run (a file, a folder, and a CSV file's metadata sidecar) removed."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    for name in (path, path + ".meta.json"):
+        if os.path.isfile(name):
+            os.unlink(name)
+
+
+def released_digest(path: str) -> tuple[int, int]:
+    """(rows, total of the released counts) of a Parquet output, a file or a folder of files,
+    read one column of one file at a time (a 10⁶-key output does not fit in memory at once)."""
+    import pyarrow.compute
+    import pyarrow.parquet
+
+    files = (
+        [os.path.join(path, name) for name in sorted(os.listdir(path)) if name.endswith(".parquet")]
+        if os.path.isdir(path)
+        else []
+    )
+    rows = total = 0
+    for name in files if os.path.isdir(path) else [path]:
+        handle = pyarrow.parquet.ParquetFile(name)
+        rows += handle.metadata.num_rows
+        for group in range(handle.metadata.num_row_groups):
+            column = handle.read_row_group(group, columns=["count"]).column("count")
+            total += int(pyarrow.compute.sum(column).as_py() or 0)
+    return rows, total
 
 
 def print_scaling(row: dict) -> None:
     rate = row["keys"] * row["steps"] / row["seconds"]
     print(
         f"{row['keys']:,} keys × {row['steps']} steps ({row['events']:,} events), {row['run']} → {row['sink']}: "
-        f"{row['seconds']:.1f} s ({row['cpu_seconds']:.0f} CPU s), {rate:.3g} rows/s; peak RSS driver {row['driver']:.0f} MiB, JVM {row['jvm']:.0f} MiB, "
-        f"Python worker {row['worker']:.0f} MiB (all workers {row['workers']:.0f} MiB)",
+        f"{row['seconds']:.1f} s, {rate:.3g} rows/s; CPU {row['cpu_seconds']:.0f} s (driver {row['cpu_driver']:.0f}, "
+        f"JVM {row['cpu_jvm']:.0f}, Python workers {row['cpu_workers']:.0f}); peak RSS driver {row['driver']:.0f} MiB, "
+        f"JVM {row['jvm']:.0f} MiB, Python worker {row['worker']:.0f} MiB (all workers {row['workers']:.0f} MiB); "
+        f"load {row['load_before']} → {row['load_after']}",
         flush=True,
     )
 
 
 def scaling_table(rows: list[dict]) -> None:
-    """The Spark scaling runs as a Markdown table, with the ratios the goals name."""
-    print("| keys × steps | run | sink | time | CPU time | rows/s | driver | JVM | worker (all) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    """The Spark scaling runs as a Markdown table, with the ratios the goals name (wall time and
+    CPU time: on a shared machine the wall time depends on the other load)."""
+    print("| keys × steps | run | sink | time | CPU time (JVM, workers) | rows/s | driver | JVM | worker (all) | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['keys']:,} × {row['steps']} | {row['run']} | {row['sink']} | {row['seconds']:.1f} s | "
-            f"{row['cpu_seconds']:.0f} s | "
+            f"{row['cpu_seconds']:.0f} s ({row['cpu_jvm']:.0f}, {row['cpu_workers']:.0f}) | "
             f"{row['keys'] * row['steps'] / row['seconds']:.3g} | {row['driver']:.0f} MiB | {row['jvm']:.0f} MiB | "
-            f"{row['worker']:.0f} ({row['workers']:.0f}) MiB |"
+            f"{row['worker']:.0f} ({row['workers']:.0f}) MiB | {row['load_before']} → {row['load_after']} |"
         )
     for keys in sorted({row["keys"] for row in rows}):
         times = {row["run"]: row["seconds"] for row in rows if row["keys"] == keys}
-        if "CLI local[1]" in times and "CLI local[2]" in times:
-            print(f"{keys:,} keys: local[1] / local[2] = {times['CLI local[1]'] / times['CLI local[2]']:.2f}×")
+        for kind in ("CLI", "DataFrame API"):
+            one, two = times.get(f"{kind} local[1]"), times.get(f"{kind} local[2]")
+            if one and two:
+                print(f"{keys:,} keys, {kind}: local[1] / local[2] = {one / two:.2f}× (wall time)")
         if "local engine" in times and "CLI local[2]" in times:
             print(f"{keys:,} keys: Spark local[2] / local engine = {times['CLI local[2]'] / times['local engine']:.2f}×")
 
 
 def spark_stream_latency(
-    session, keys: int, steps: int, events_per_step: int, folder: str, *, keys_per_shard: int, base: str | None
+    session,
+    keys: int,
+    steps: int,
+    events_per_step: int,
+    folder: str,
+    *,
+    keys_per_shard: int,
+    base: str | None,
+    partitions: int = 2,
 ) -> dict:
     """Spark Structured Streaming on local[2]: one file of events and one clock tick per step, one
     micro-batch per step (``maxFilesPerTrigger`` 1 on both); the per-micro-batch wall time
@@ -354,6 +471,7 @@ def spark_stream_latency(
         for written in (path, tick):  # the file sources read in modification-time order
             os.utime(written, (1_000_000 + step, 1_000_000 + step))
     checkpoint = f"{folder}/checkpoint"
+    session.conf.set("spark.sql.shuffle.partitions", str(partitions))  # the state store's partitions, fixed at the start
     stream = session.readStream.schema("key string, step long").option("header", True).option("maxFilesPerTrigger", 1)
     released = private_running_counts_stream(
         stream.csv(f"{folder}/in"),
@@ -384,6 +502,7 @@ def spark_stream_latency(
     return {
         "keys": keys,
         "keys_per_shard": keys_per_shard,
+        "partitions": partitions,
         "batches": len(durations),
         "first_seconds": durations[0],
         "median_seconds": statistics.median(durations),
@@ -394,34 +513,41 @@ def spark_stream_latency(
 
 
 def stream_part(session, arguments: argparse.Namespace, scratch: str) -> list[dict]:
-    """The streaming latencies of every ``--stream-keys`` and ``--stream-shards``, side by side."""
+    """The streaming latencies of every ``--stream-keys``, ``--stream-shards`` and
+    ``--stream-partitions`` (the state store's partitions, ``spark.sql.shuffle.partitions``), side
+    by side, with the load average before and after each query."""
     results = []
     for keys in arguments.stream_keys:
         medians = {}
         for keys_per_shard in arguments.stream_shards:
-            latency = spark_stream_latency(
-                session,
-                keys,
-                arguments.stream_steps,
-                arguments.stream_events or 10 * keys,
-                os.path.join(arguments.stream_folder or scratch, f"stream_{keys}_shards{keys_per_shard}"),
-                keys_per_shard=keys_per_shard,
-                base=arguments.base,
-            )
-            results.append(latency)
-            medians[keys_per_shard] = latency["median_seconds"]
-            print(
-                f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, "
-                f"{latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
-                f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s; state store "
-                f"{latency['state_rows']} rows, {latency['state_bytes'] / 2**20:.2f} MiB",
-                flush=True,
-            )
+            for partitions in arguments.stream_partitions:
+                before = load_average()
+                latency = spark_stream_latency(
+                    session,
+                    keys,
+                    arguments.stream_steps,
+                    arguments.stream_events or 10 * keys,
+                    os.path.join(arguments.stream_folder or scratch, f"stream_{keys}_shards{keys_per_shard}_p{partitions}"),
+                    keys_per_shard=keys_per_shard,
+                    base=arguments.base,
+                    partitions=partitions,
+                )
+                results.append(latency)
+                medians[(keys_per_shard, partitions)] = latency["median_seconds"]
+                print(
+                    f"Spark streaming local[2]: {latency['keys']} keys, {keys_per_shard} keys per shard, {partitions} "
+                    f"state partitions, {latency['batches']} micro-batches of one step: first {latency['first_seconds']:.2f} s, "
+                    f"median {latency['median_seconds']:.2f} s, max {latency['max_seconds']:.2f} s; state store "
+                    f"{latency['state_rows']} rows, {latency['state_bytes'] / 2**20:.2f} MiB; load {before} → {load_average()}",
+                    flush=True,
+                )
         if len(medians) > 1:
             slowest = max(medians, key=medians.get)
-            for keys_per_shard, median in medians.items():
-                if keys_per_shard != slowest:
-                    print(f"  median ratio {slowest} / {keys_per_shard} keys per shard: {medians[slowest] / median:.1f}x")
+            for setting, median in medians.items():
+                if setting != slowest:
+                    print(
+                        f"  median ratio {slowest} / {setting} (keys per shard, state partitions): {medians[slowest] / median:.1f}x"
+                    )
     return results
 
 
@@ -471,7 +597,8 @@ def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict],
     for stream in streams:
         goal = "first ≤ 5 s, median ≤ 1 s" if stream["keys"] <= 10_000 else "median ≤ 5 s, state store size reported"
         print(
-            f"| Spark streaming, {stream['keys']:,} keys ({stream['keys_per_shard']} a shard), one step per micro-batch | {goal} | "
+            f"| Spark streaming, {stream['keys']:,} keys ({stream['keys_per_shard']} a shard, {stream['partitions']} state "
+            f"partitions), one step per micro-batch | {goal} | "
             f"first {stream['first_seconds']:.1f} s, median {stream['median_seconds']:.2f} s; state store "
             f"{stream['state_rows']} rows, {stream['state_bytes'] / 2**20:.2f} MiB |"
         )
@@ -522,15 +649,27 @@ def main() -> None:
     parser.add_argument("--plot", help="write the accuracy figure here (PNG)")
     parser.add_argument("--sampler-keys", type=int, default=2000, help="keys of the sampler comparison (0: skip)")
     parser.add_argument("--per-key", action="store_true", help="also time the release with pages drawn one key at a time")
-    parser.add_argument("--spark", action="store_true", help="also time Spark batch on local[2] (the spark extra)")
-    parser.add_argument("--spark-keys", type=int, nargs="+", default=[10_000, 100_000], help="key counts of the batch runs")
+    parser.add_argument("--spark", action="store_true", help="also time Spark batch (the spark extra)")
+    parser.add_argument(
+        "--spark-keys", type=int, nargs="+", default=[10_000, 100_000], help="key counts of the batch runs (e.g. 1000000)"
+    )
     parser.add_argument("--spark-steps", type=int, default=365)
     parser.add_argument("--spark-events-per-key", type=int, default=10, help="events a key in the batch runs (sparse)")
+    parser.add_argument(
+        "--spark-runs",
+        nargs="+",
+        choices=("local", "cli", "api"),
+        default=["local", "cli", "api"],
+        help="the batch runs: the local engine, the command on Spark, the DataFrame API",
+    )
     parser.add_argument("--spark-masters", nargs="+", default=["local[1]", "local[2]"], help="Spark masters of the CLI runs")
+    parser.add_argument("--api-masters", nargs="+", default=["local[2]"], help="Spark masters of the DataFrame API runs")
+    parser.add_argument("--spark-sink", choices=("csv", "parquet"), default="csv", help="--format of the command runs")
+    parser.add_argument("--spark-timeout", type=float, default=3000, help="seconds a batch run may take before it is stopped")
     parser.add_argument(
         "--local-max-keys", type=int, default=200_000, help="run the local engine beside Spark up to this many keys"
     )
-    parser.add_argument("--no-api", action="store_true", help="skip the DataFrame API run (Parquet through Spark's writer)")
+    parser.add_argument("--no-api", action="store_true", help="skip the DataFrame API runs (the same as no api in --spark-runs)")
     parser.add_argument("--spark-folder", default=None, help="work folder of the batch runs (default: a temporary one)")
     parser.add_argument("--spark-stream", action="store_true", help="time Spark Structured Streaming micro-batches")
     parser.add_argument("--stream-keys", type=int, nargs="+", default=[10_000, 100_000])
@@ -543,6 +682,13 @@ def main() -> None:
         nargs="+",
         default=[1024],
         help="keys per shard to time side by side (1: one Python call per key)",
+    )
+    parser.add_argument(
+        "--stream-partitions",
+        type=int,
+        nargs="+",
+        default=[2],
+        help="state store partitions (spark.sql.shuffle.partitions) to time side by side (Spark's default: 200)",
     )
     parser.add_argument(
         "--memory-shapes",
@@ -572,9 +718,12 @@ def main() -> None:
                         arguments.spark_steps,
                         arguments.spark_events_per_key,
                         os.path.join(arguments.spark_folder or scratch, f"batch_{spark_keys}"),
+                        runs=[run for run in arguments.spark_runs if not (run == "api" and arguments.no_api)],
                         masters=arguments.spark_masters,
+                        api_masters=arguments.api_masters,
+                        sink=arguments.spark_sink,
                         local=spark_keys <= arguments.local_max_keys,
-                        api=not arguments.no_api,
+                        timeout=arguments.spark_timeout,
                     )
                 except Exception as error:  # say so, run the other parts, exit 1 at the end
                     failed.append(f"--spark: {one_line(error)}")

@@ -24,12 +24,22 @@ def _masked(text: str) -> str:
 
 
 def _shape(cell) -> list[tuple[str, str]]:
-    """(kind, masked text) of each output of a code cell; images by MIME type only."""
-    shape = []
+    """(kind, masked text) of each output of a code cell; images by MIME type only. Consecutive
+    chunks of one stream are one text: the kernel splits a stream by timing, not by content."""
+    shape: list[tuple[str, str]] = []
+    texts: list[str] = []  # the unmasked text of the stream output last appended, chunk by chunk
     for output in cell.get("outputs", []):
         if output["output_type"] == "stream":
-            shape.append((f"stream:{output['name']}", _masked(output["text"])))
-        elif output["output_type"] in ("display_data", "execute_result"):
+            kind = f"stream:{output['name']}"
+            if shape and shape[-1][0] == kind and texts:
+                texts.append(output["text"])
+                shape[-1] = (kind, _masked("".join(texts)))
+                continue
+            texts = [output["text"]]
+            shape.append((kind, _masked(output["text"])))
+            continue
+        texts = []
+        if output["output_type"] in ("display_data", "execute_result"):
             data = output.get("data", {})
             shape.append((output["output_type"] + ":" + ",".join(sorted(data)), _masked(data.get("text/plain", ""))))
         else:

@@ -94,6 +94,48 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
     assert got == expected and len(got) == len(keys) * 40  # every key at every step of the schedule
 
 
+def test_each_batch_shard_is_released_alone_in_its_own_partition(spark):
+    """40 keys in shards of one key: 40 partitions, partition p holding shard p's rows and no
+    other shard's (hash-partitioning the shard ids themselves would leave about a third of the
+    partitions empty and put two or more shards in others)."""
+    from pyspark.sql import functions as F
+
+    from pure_dp_mf.engines.spark import _shard_groups
+
+    keys = [f"k{i}" for i in range(40)]
+    frame = spark.createDataFrame(pd.DataFrame({"key": keys * 3, "step": [1, 2, 3] * 40}))
+    grouped, _, _ = _shard_groups(
+        frame,
+        keys=keys,
+        epsilon=1.0,
+        horizon=5,
+        key_column="key",
+        step_column="step",
+        value_column=None,
+        user_column=None,
+        privacy_unit="event",
+        max_keys=None,
+        max_per_key=None,
+        max_value=1,
+        through=None,
+        base=BASE,
+        metric="maxse",
+        generator=NoiseGenerator.from_seed(1),
+        beta=0.05,
+        invalid="refuse",
+        keys_per_shard=1,
+    )
+    shape = "shard long, keys long, events long"
+    found = grouped.applyInPandas(
+        lambda group: pd.DataFrame(
+            {"shard": [int(group["shard"].iloc[0])], "keys": [int((group["step"] == 0).sum())], "events": [len(group)]}
+        ),
+        shape,
+    ).select("*", F.spark_partition_id().alias("partition"))
+    rows = sorted((row.partition, row.shard, row.keys, row.events) for row in found.collect())
+    assert rows == [(shard, shard, 1, 4) for shard in range(40)]
+
+
 def test_spark_reads_a_key_with_white_space_around_it_as_the_local_engine_does(spark):
     """One key normalisation (keyed.normalise_key) on every engine: " fr" and "fr\t" are "fr"."""
     keys = ["de", "fr", "it"]
@@ -440,6 +482,45 @@ def test_count_on_spark_without_java_is_one_error_line(tmp_path):
     finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "the JVM did not start" in _error_lines(finished)[0]
+
+
+@pytest.mark.slow
+def test_count_on_spark_out_of_heap_is_one_error_line_naming_the_memory_setting(tmp_path):
+    """A heap below what Spark needs to start, and a heap that a job exhausts (a million keys,
+    the most a run takes, broadcast in 480 MiB: the JVM stops at its first OutOfMemoryError
+    instead of leaving the job waiting), each end in one ``error:`` line naming
+    PURE_DP_MF_SPARK_MEMORY and its value: no Python traceback, no Java stack, nothing at
+    --output and no shard files left behind (the JVM's own notice as it stops goes to its
+    standard output, the command's)."""
+    import subprocess
+
+    arguments = _tiny_count(tmp_path)
+    small = subprocess.run(
+        [*arguments, "--output", str(tmp_path / "small.csv")],
+        env=_spark_environment(PURE_DP_MF_SPARK_MEMORY="64m"),
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_LIMIT,
+    )
+    assert small.returncode == 2 and _error_lines(small) == [
+        "error: PURE_DP_MF_SPARK_MEMORY=64m is below the heap Spark needs to start (about 450 MiB): "
+        "raise PURE_DP_MF_SPARK_MEMORY (e.g. 1g)"
+    ], small.stderr[-3000:]
+    (tmp_path / "million.txt").write_text("".join(f"k{i}\n" for i in range(1_000_000)))
+    arguments[arguments.index("--keys") + 1] = str(tmp_path / "million.txt")
+    heap = subprocess.run(
+        [*arguments, "--output", str(tmp_path / "heap.csv")],
+        env=_spark_environment(PURE_DP_MF_SPARK_MEMORY="480m"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert heap.returncode == 1 and len(_error_lines(heap)) == 1, heap.stderr[-3000:]
+    assert "PURE_DP_MF_SPARK_MEMORY (now 480m)" in _error_lines(heap)[0]
+    for finished in (small, heap):
+        assert "Traceback" not in finished.stderr and "\tat " not in finished.stderr
+    assert small.stdout == "" and heap.stdout in ("", "Terminating due to java.lang.OutOfMemoryError: Java heap space\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["events.csv", "keys.txt", "million.txt"]
 
 
 def test_count_on_spark_without_pyspark_names_the_install_line(tmp_path):

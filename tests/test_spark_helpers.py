@@ -4,6 +4,8 @@ values kept or rebuilt)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -183,7 +185,15 @@ def test_spark_failures_are_one_line_naming_the_setting_and_no_data(monkeypatch)
         RuntimeError("[CAST_OVERFLOW] The value 98765432109876543210BD cannot be cast\norg.apache.spark.SparkArithmeticException")
     )
     assert "98765432109876543210" not in str(cast) and "org.apache.spark.SparkArithmeticException" in str(cast)
-    for error in (heap, worker, refused, cast):
+    monkeypatch.setenv("PURE_DP_MF_SPARK_MEMORY", "64m")
+    start = spark_engine.spark_error(
+        RuntimeError(
+            "[INVALID_DRIVER_MEMORY.SYSTEM_MEMORY] Insufficient driver memory: System memory 67108864 must be at least "
+            "471859200.\nPlease increase heap size"
+        )
+    )
+    assert isinstance(start, InvalidInputError) and str(start).startswith("PURE_DP_MF_SPARK_MEMORY=64m is below")
+    for error in (heap, worker, refused, cast, start):
         assert "\n" not in str(error)
 
 
@@ -264,3 +274,24 @@ def test_a_spark_users_group_without_a_user_id_is_refused():
         spark_engine._bound_user(frame, max_keys=1, max_per_key=1, max_value=1)
     kept = spark_engine._bound_user(frame.assign(user="u1"), max_keys=1, max_per_key=1, max_value=1)
     assert kept["step"].tolist() == [1]  # a named user is bounded as before: C = 1 keeps the first step
+
+
+def test_a_stream_with_more_state_partitions_than_shards_warns():
+    class Settings:
+        def __init__(self, partitions: str) -> None:
+            self.partitions = partitions
+
+        def get(self, name: str, default: str) -> str:
+            assert name == "spark.sql.shuffle.partitions"
+            return self.partitions
+
+    class Session:
+        def __init__(self, partitions: str) -> None:
+            self.conf = Settings(partitions)
+
+    with pytest.warns(UserWarning, match="spark.sql.shuffle.partitions is 200, more than this query's 10 shard"):
+        spark_engine._check_state_partitions(Session("200"), 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spark_engine._check_state_partitions(Session("2"), 10)
+        spark_engine._check_state_partitions(Session("10"), 10)

@@ -961,3 +961,10 @@ def lifted_factorization(*, base: Factorization, plan: LiftPlan, base_file: str 
 
 # ---------------------------------------------------------------------------------------------
 # The leading constant against n.
+
+
+def constant_curve(*, base: Operand, metric: str, sizes: Sequence[int]) -> np.ndarray:
+    """The lifted leading constant of ``metric`` at every n in ``sizes`` (n ≥ 2), float64 (the
+    curve notebooks/01_certify_and_lift.ipynb plots against its Theorem 2.5 asymptote)."""
+    family = LiftedFamily(base=base, metric=metric)
+    return np.array([family.plan(n=check_size(n, name="n", minimum=2)).leading_constant for n in sizes])
