@@ -22,7 +22,7 @@ minute each on a 2-core machine).
   errors).
 * ``--spark``: the scaling of Spark batch, each run a fresh process (start-up included) whose
   process tree's peak resident memory and CPU time are sampled from outside (the Python driver,
-  the JVM, one Python worker and all of them), with the load average before and after: for each
+  the JVM, one Python worker and all of them), with the machine's load (runnable processes, 1-minute mean) before and after: for each
   of ``--spark-keys`` (default 10⁴ and 10⁵ keys; 10⁶ by naming it) × ``--spark-steps`` (365),
   ``--spark-events-per-key`` events a key (10: sparse), the runs of ``--spark-runs``: ``pure-dp-mf
   count`` with the local engine (up to ``--local-max-keys``), with ``--engine spark`` on each of
@@ -226,7 +226,7 @@ def watched(command: list[str], environment: dict, *, timeout: float) -> dict:
     peak of the Python driver (the command), of the JVM, of one Python worker and of all Python
     workers together; the wall time, and the CPU time of the whole tree and of each part (user +
     system, as last sampled: on a shared machine the wall time depends on the load, the CPU time
-    much less); the load average before and after. A run past ``timeout`` seconds is killed."""
+    much less); the machine's load (runnable processes) before and after. A run past ``timeout`` seconds is killed."""
     import subprocess
 
     import psutil
@@ -303,7 +303,7 @@ def psutil_error() -> Exception:
 
 
 def load_average() -> str:
-    """The machine's 1-minute load average (runnable processes; 2 cores here), as text."""
+    """The machine's load: runnable processes, 1-minute mean (2 cores here), as text."""
     return f"{os.getloadavg()[0]:.1f}"
 
 
@@ -515,7 +515,7 @@ def spark_stream_latency(
 def stream_part(session, arguments: argparse.Namespace, scratch: str) -> list[dict]:
     """The streaming latencies of every ``--stream-keys``, ``--stream-shards`` and
     ``--stream-partitions`` (the state store's partitions, ``spark.sql.shuffle.partitions``), side
-    by side, with the load average before and after each query."""
+    by side, with the machine's load (runnable processes) before and after each query."""
     results = []
     for keys in arguments.stream_keys:
         medians = {}
