@@ -29,7 +29,7 @@ import numpy as np
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.mechanisms.resolve import resolve_mechanism
+from pure_dp_mf.mechanisms.resolve import check_choice, resolve_mechanism
 from pure_dp_mf.validation import check_epsilon, check_size, check_steps, exact_integers
 
 LOG = logging.getLogger("pure_dp_mf")
@@ -149,10 +149,7 @@ class Counter:
             raise InvalidInputError(f"state must be a path, got {type(state).__name__}")
         if rng is not None and not isinstance(rng, NoiseGenerator):
             raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(rng).__name__}")
-        if base is not None and certificate is not None:
-            raise InvalidInputError("give a base or a certificate, not both (a certificate names its base)")
-        if (base is not None or certificate is not None) and mechanism not in ("auto", "lifted"):
-            raise InvalidInputError(f"mechanism {mechanism!r} is a tree; a base or a certificate chooses a lifted base")
+        check_choice(mechanism=mechanism, base=base, certificate=certificate)
         self.beta = float(beta)
         epsilon = check_epsilon(epsilon)
         horizon = None if horizon is None else check_size(horizon, name="horizon")

@@ -61,8 +61,7 @@ def resolve_mechanism(
     """The mechanism a counter of ``horizon`` runs (module docstring). ``keyed``: the "auto"
     choice is the best lifted base (keyed counts' default). ``epsilon``: the ε at which the
     planner row's figures are given (``Resolved.row``); the choice does not depend on it."""
-    if base is not None and certificate is not None:
-        raise InvalidInputError("give a base or a certificate, not both (a certificate names its base)")
+    check_choice(mechanism=mechanism, base=base, certificate=certificate)
     if horizon is None:
         if base is not None or certificate is not None or mechanism not in ANYTIME_CHOICES:
             raise InvalidInputError(
@@ -71,8 +70,6 @@ def resolve_mechanism(
         return Resolved(mechanism=anytime(metric=metric))
     if mechanism == "anytime":
         raise InvalidInputError("--mechanism anytime runs without a horizon: leave out --horizon")
-    if (base is not None or certificate is not None) and mechanism not in ("auto", "lifted"):
-        raise InvalidInputError(f"mechanism {mechanism!r} is a tree; a base or a certificate chooses a lifted base")
     if certificate is not None:
         return Resolved(mechanism=mechanisms.lifted(base=Path(certificate), horizon=horizon, certificate=certificate))
     if base is not None:
@@ -80,6 +77,15 @@ def resolve_mechanism(
     choice = "lifted" if keyed and mechanism == "auto" else mechanism
     row = planner.choose(horizon=horizon, epsilon=epsilon, metric=metric, mechanism=choice)
     return Resolved(mechanism=build(row, horizon=horizon), row=row)
+
+
+def check_choice(*, mechanism: str, base: object | None, certificate: object | None) -> None:
+    """Refuse a request that names two mechanisms: a base and a certificate (a certificate names its
+    base), or either with a tree. Checked before a counter is made or resumed."""
+    if base is not None and certificate is not None:
+        raise InvalidInputError("give a base or a certificate, not both (a certificate names its base)")
+    if (base is not None or certificate is not None) and mechanism not in ("auto", "lifted"):
+        raise InvalidInputError(f"mechanism {mechanism!r} is a tree; a base or a certificate chooses a lifted base")
 
 
 def build(row: planner.ComparisonRow, *, horizon: int) -> mechanisms.Mechanism:
