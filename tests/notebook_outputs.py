@@ -27,24 +27,19 @@ def _shape(cell) -> list[tuple[str, str]]:
     """(kind, masked text) of each output of a code cell; images by MIME type only. Consecutive
     chunks of one stream are one text: the kernel splits a stream by timing, not by content."""
     shape: list[tuple[str, str]] = []
-    texts: list[str] = []  # the unmasked text of the stream output last appended, chunk by chunk
     for output in cell.get("outputs", []):
         if output["output_type"] == "stream":
             kind = f"stream:{output['name']}"
-            if shape and shape[-1][0] == kind and texts:
-                texts.append(output["text"])
-                shape[-1] = (kind, _masked("".join(texts)))
-                continue
-            texts = [output["text"]]
-            shape.append((kind, _masked(output["text"])))
-            continue
-        texts = []
-        if output["output_type"] in ("display_data", "execute_result"):
+            if shape and shape[-1][0] == kind:
+                shape[-1] = (kind, shape[-1][1] + output["text"])
+            else:
+                shape.append((kind, output["text"]))
+        elif output["output_type"] in ("display_data", "execute_result"):
             data = output.get("data", {})
-            shape.append((output["output_type"] + ":" + ",".join(sorted(data)), _masked(data.get("text/plain", ""))))
+            shape.append((output["output_type"] + ":" + ",".join(sorted(data)), data.get("text/plain", "")))
         else:
             shape.append((output["output_type"], output.get("ename", "")))
-    return shape
+    return [(kind, text if kind == "error" else _masked(text)) for kind, text in shape]
 
 
 def assert_stored_outputs_match(stored: nbformat.NotebookNode, fresh: nbformat.NotebookNode) -> None:
