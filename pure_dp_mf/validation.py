@@ -46,8 +46,19 @@ def check_positive(value: object, *, name: str) -> float:
     return number
 
 
-def check_epsilon(value: object, *, name: str = "epsilon") -> float:
-    """A privacy parameter ε: positive, finite, and with 1/ε² finite (errors scale as 1/ε²)."""
+class Epsilon(float):
+    """A checked privacy parameter ε (made only by ``check_epsilon``): a float that carries its
+    check, so that the layers a counter passes it through (the spec, the planner's ranking, the
+    mechanisms) use it as it is and ε is validated once per counter built."""
+
+    __slots__ = ()
+
+
+def check_epsilon(value: object, *, name: str = "epsilon") -> Epsilon:
+    """A privacy parameter ε: positive, finite, and with 1/ε² finite (errors scale as 1/ε²).
+    An ``Epsilon`` (already checked) is returned as it is."""
+    if type(value) is Epsilon:
+        return value
     epsilon = check_positive(value, name=name)
     square = epsilon * epsilon  # a float product: inf or 0 on overflow or underflow, never an exception
     if square == 0 or not np.isfinite(square) or not np.isfinite(1 / square) or 1 / square == 0:
@@ -55,7 +66,11 @@ def check_epsilon(value: object, *, name: str = "epsilon") -> float:
         raise InvalidInputError(
             f"{name} = {value!r} is out of range: the errors, which scale as 1/{name}², {direction} in float64"
         )
-    return epsilon
+    return Epsilon(epsilon)
+
+
+UNIT_EPSILON = check_epsilon(1.0)
+"""ε = 1, checked: the default ε at which the mechanisms' errors are stated (they scale as 1/ε²)."""
 
 
 def check_matrix(matrix: object, *, name: str, rows: int | None = None, columns: int | None = None) -> np.ndarray:

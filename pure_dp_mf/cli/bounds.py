@@ -16,9 +16,9 @@ from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import public_schedule
 from pure_dp_mf.engines.keyed_io import EventReader, read_keys
+from pure_dp_mf.engines.keys import SINGLE_KEY
 from pure_dp_mf.errors import InvalidInputError
 
-SINGLE_KEY = "count"  # the one key of a single stream given as event rows
 VALUE_CAP = 10**18  # a value is data here, not refused for its size: sums above --value-range count as U
 
 _INPUT_FILE = typer.Argument(None, exists=True, dir_okay=False, help="CSV (or Parquet) event rows (default: standard input)")

@@ -14,10 +14,9 @@ from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters, public_schedule
 from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, Layout, check_events, operator_log, read_keys, run_keyed_file
+from pure_dp_mf.engines.keys import SINGLE_KEY
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.error_bars import simultaneous_beta
-
-SINGLE_KEY = "count"  # the one key of a single stream given as event rows (not shown in its output)
 
 
 def count_keyed(

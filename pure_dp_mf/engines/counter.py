@@ -28,9 +28,9 @@ import numpy as np
 
 from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.generator import NoiseGenerator
+from pure_dp_mf.engines.spec import CountSpec, Publication, resolve
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.mechanisms.resolve import check_choice, resolve_mechanism
-from pure_dp_mf.validation import check_epsilon, check_size, check_steps, exact_integers
+from pure_dp_mf.validation import check_size, check_steps, exact_integers
 
 LOG = logging.getLogger("pure_dp_mf")
 
@@ -143,38 +143,63 @@ class Counter:
         rng: NoiseGenerator | None = None,
         budget: str | None = None,
     ) -> None:
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-            raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
-        if state is not None and not isinstance(state, (str, os.PathLike)):
-            raise InvalidInputError(f"state must be a path, got {type(state).__name__}")
-        if rng is not None and not isinstance(rng, NoiseGenerator):
-            raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(rng).__name__}")
-        check_choice(mechanism=mechanism, base=base, certificate=certificate)
-        self.beta = float(beta)
-        epsilon = check_epsilon(epsilon)
-        horizon = None if horizon is None else check_size(horizon, name="horizon")
-        options: dict[str, Any] = {"max_value": max_value, "dimension": dimension, "monotone": monotone, "rng": rng}
+        spec = CountSpec(
+            epsilon=epsilon,
+            horizon=horizon,
+            mechanism=mechanism,
+            metric=metric,
+            base=base,  # type: ignore[arg-type]
+            certificate=certificate,  # type: ignore[arg-type]
+            max_value=max_value,
+            dimension=dimension,
+            beta=beta,
+            monotone=monotone,
+            publication=Publication(generator=rng, state=None if state is None else Path(state), budget=budget),
+        )
+        self._start(spec)
+
+    @classmethod
+    def from_spec(cls, spec: CountSpec) -> Counter:
+        """The counter of a checked spec (``engines.spec``; the command ``count`` builds one):
+        created, or resumed from the spec's state. Its band sets each interval's β (β/n for a
+        simultaneous band over the horizon's n steps)."""
+        counter = cls.__new__(cls)
+        counter._start(spec)
+        return counter
+
+    def _start(self, spec: CountSpec) -> None:
+        """Build or resume the counter of ``spec`` (``__init__``)."""
+        spec.check_route("counter")
+        self.spec = spec
+        self.beta = spec.step_beta(intervals=spec.horizon)
+        state, budget = spec.publication.state, spec.publication.budget
+        options: dict[str, Any] = {
+            "max_value": spec.max_value,
+            "dimension": spec.dimension,
+            "monotone": spec.monotone,
+            "rng": spec.publication.noise_generator(),
+        }
         self.resumed = state is not None and Path(state).exists()
         if self.resumed:
             assert state is not None
-            self._counter = ContinualCounter.resume(state, epsilon=epsilon, horizon=horizon, **options)
+            self._counter = ContinualCounter.resume(state, epsilon=spec.epsilon, horizon=spec.horizon, **options)
             try:
-                self._check_choice(mechanism=mechanism, metric=metric, base=base, certificate=certificate)
+                self._check_choice(mechanism=spec.mechanism, metric=spec.metric, base=spec.base, certificate=spec.certificate)
             except BaseException:
                 self._counter.close()  # a refused resume leaves the state free
                 raise
             self._charge(budget, state=state)
             LOG.info("resuming %s after step %d of %s", state, self._counter.released, self._counter.horizon or "∞")
         else:
-            resolved = resolve_mechanism(
-                horizon=horizon, metric=metric, mechanism=mechanism, base=base, certificate=certificate, epsilon=epsilon
-            )
-            self._counter = ContinualCounter(epsilon=epsilon, mechanism=resolved.mechanism, **options)
-            if resolved.row is not None or horizon is None:  # chosen for the metric: --extend keeps it
-                self._counter.choice, self._counter.mechanism_metric = resolved.row, metric
+            resolved = resolve(spec)
+            self._counter = ContinualCounter(epsilon=spec.epsilon, mechanism=resolved.mechanism, **options)
+            if resolved.row is not None or spec.horizon is None:  # chosen for the metric: --extend keeps it
+                self._counter.choice, self._counter.mechanism_metric = resolved.row, spec.metric
             self._charge(budget, state=state)
             if state is not None:
                 self._counter.save_state(state)
+        if spec.extend:
+            self.extend_horizon()
 
     @classmethod
     def open(cls, state: str | os.PathLike, *, beta: float = 0.05, read_only: bool = False) -> Counter:

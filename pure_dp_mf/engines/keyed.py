@@ -44,9 +44,7 @@ to the journal (``journal.py``) before it is returned, with the registry.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import numbers
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -59,14 +57,23 @@ import numpy as np
 
 from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.budget import charge_with_release
-from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.engines.journal import Journal, StateFileError
+from pure_dp_mf.engines.keys import (  # noqa: F401  (the keyed engine's names, kept importable here)
+    MAX_ANYTIME_THROUGH,
+    MAX_LOCAL_KEYS,
+    SINGLE_KEY,
+    check_keys,
+    keys_sha256,
+    normalise_key,
+    public_schedule,
+)
+from pure_dp_mf.engines.spec import CountSpec, Publication, resolve
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.mechanisms.mechanism import Mechanism
-from pure_dp_mf.mechanisms.resolve import from_record, resolve_mechanism
+from pure_dp_mf.mechanisms.resolve import from_record
 from pure_dp_mf.release.error_bars import ErrorBars, floor_half_widths
-from pure_dp_mf.validation import check_epsilon, check_size, parse_integer
+from pure_dp_mf.validation import check_size
 
 KEYED_PAGE = 1 << 10  # integer noise drawn in pages of this many per (key, level): small, as keys are many
 PRIVACY_UNITS = ("step", "event", "user-step", "user")
@@ -93,13 +100,6 @@ def check_privacy_unit(privacy_unit: str) -> str:
     return privacy_unit
 
 
-def normalise_key(value: object) -> str:
-    """The one spelling of a key, for every engine (the CLI's rows, the key list, the DataFrame
-    function, Spark): its text without the white space around it, so that " FR" and "FR" are one
-    key wherever they are read. A public function of the key alone (no data value decides it)."""
-    return str(value).strip()
-
-
 def check_user(user: object, *, where: str) -> None:
     """Refuse a user id that is missing (None) or empty once normalised (``normalise_key``: the
     text without surrounding white space): events without their user would be pooled into one
@@ -117,48 +117,6 @@ def empty_user_error(where: str) -> InvalidInputError:
         f"{where}: the user id is empty; every event needs its user for the contribution bounds "
         "(the invalid policy 'zero' drops such events)"
     )
-
-
-MAX_LOCAL_KEYS = 1_000_000
-"""The most keys one local run (the CLI's --keys, the DataFrame function) releases: every key is
-released at every step, and the run keeps a sum, a noise block and an output row per key."""
-
-MAX_ANYTIME_THROUGH = 10**9
-"""The last step an anytime keyed release (no horizon) may schedule: every key is released at
-every step, so a schedule past it cannot finish."""
-
-
-def keys_sha256(keys: Sequence[str]) -> str:
-    """The sha256 of a checked key list (JSON): a publication's keys, in its spec and states."""
-    return hashlib.sha256(json.dumps(list(keys)).encode()).hexdigest()
-
-
-def check_keys(keys: Iterable[str], *, maximum: int | None = None) -> list[str]:
-    """The public key list, each key normalised (``normalise_key``): non-empty, no duplicates, no
-    empty key, at most ``maximum`` keys; a string is refused (it is one key, not a list of its
-    characters)."""
-    if isinstance(keys, (str, bytes)):
-        raise InvalidInputError(f"keys must be a list of keys, not the string {keys!r} (write [{keys!r}] for one key)")
-    try:
-        iterator = iter(keys)
-    except TypeError:
-        raise InvalidInputError(f"keys must be a list of keys, got {type(keys).__name__}") from None
-    listed: list[str] = []
-    for key in iterator:  # refused at key ``maximum`` + 1: a longer list (or generator) is never kept whole
-        if maximum is not None and len(listed) == maximum:
-            raise InvalidInputError(f"the key list holds more than {maximum:,} keys, the most one local run releases")
-        listed.append(normalise_key(key))
-    keys = listed
-    if not keys:
-        raise InvalidInputError("the key list is empty")
-    seen: set[str] = set()
-    for key in keys:
-        if not key:
-            raise InvalidInputError("the key list holds an empty key")
-        if key in seen:
-            raise InvalidInputError(f"the key list holds {key!r} twice")
-        seen.add(key)
-    return keys
 
 
 def user_sensitivity(column_norms: Sequence[Fraction], *, max_keys: int, max_per_key: int, max_value: int) -> Fraction:
@@ -349,21 +307,54 @@ class KeyedCounters(_KeyedState):
         budget: str | None = None,
         _lineage: str | None = None,
     ) -> None:
-        self.keys = check_keys(keys)
+        spec = CountSpec(
+            epsilon=epsilon,
+            horizon=horizon,
+            base=base,  # type: ignore[arg-type]
+            metric=metric,
+            max_value=max_value,
+            privacy_unit=check_privacy_unit(privacy_unit),
+            max_keys=max_keys,
+            max_per_key=max_per_key,
+            keys=keys,  # type: ignore[arg-type]
+            publication=Publication(generator=rng, budget=budget),
+        )
+        self._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
+
+    @classmethod
+    def from_spec(
+        cls, spec: CountSpec, *, mechanism: Mechanism | None = None, chunk: int = 256, _lineage: str | None = None
+    ) -> KeyedCounters:
+        """The keyed counters of a checked spec (``engines.spec``) with its ``keys`` (one stream:
+        the one key ``count``); ``mechanism``: a resolved one (a state's), else ``spec``'s."""
+        counters = cls.__new__(cls)
+        counters._start(
+            spec if spec.keys is not None else spec.replace(keys=(SINGLE_KEY,)),
+            mechanism=mechanism,
+            chunk=chunk,
+            lineage=_lineage,
+        )
+        return counters
+
+    def _start(self, spec: CountSpec, *, mechanism: Mechanism | None, chunk: int, lineage: str | None) -> None:
+        """Build the counters of ``spec`` (``__init__``)."""
+        assert spec.keys is not None and spec.privacy_unit is not None
+        self.spec = spec
+        self.keys = list(spec.keys)
         self.index = {key: i for i, key in enumerate(self.keys)}
-        self.epsilon = check_epsilon(epsilon)
-        self.horizon = None if horizon is None else check_size(horizon, name="horizon")
-        self.max_value = check_size(max_value, name="max_value")
-        self.privacy_unit = check_privacy_unit(privacy_unit)
+        self.epsilon = spec.epsilon
+        self.horizon = spec.horizon
+        self.max_value = spec.max_value
+        self.privacy_unit = spec.privacy_unit
+        max_keys, max_per_key, metric, budget = spec.max_keys, spec.max_per_key, spec.metric, spec.publication.budget
         self.chunk = check_size(chunk, name="chunk")
+        rng = spec.publication.noise_generator()
         self.rng = rng if rng is not None else NoiseGenerator.secure()
-        if not isinstance(self.rng, NoiseGenerator):
-            raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(self.rng).__name__}")
-        self.lineage = _lineage or uuid.uuid4().hex
+        self.lineage = lineage or uuid.uuid4().hex
         claim_in_process(self.rng, lineage=self.lineage)  # one generator, one run: noise never reused on other data
-        if _lineage is not None:  # a lineage from outside (a state, Spark's executors): its key may serve other runs
+        if lineage is not None:  # a lineage from outside (a state, Spark's executors): its key may serve other runs
             mark_exported(self.rng)
-        self.mechanism = mechanism if mechanism is not None else _mechanism(base, self.horizon, metric)
+        self.mechanism = mechanism if mechanism is not None else _mechanism(spec)
         if self.mechanism.horizon != self.horizon:
             raise InvalidInputError(f"the mechanism is for horizon {self.mechanism.horizon}, not {self.horizon}")
         self.base_file = self.mechanism.record.get("base")
@@ -433,11 +424,6 @@ class KeyedCounters(_KeyedState):
         K·m·(sum of the C largest column norms) of a lifted base (docs/privacy.md, "Keyed streams")."""
         unit, m = self.privacy_unit, self.max_value
         self.bounder = None
-        flags = {"user": ("--max-keys", "--max-per-key"), "user-step": ("--max-keys",)}.get(unit, ())
-        if max_keys is not None and "--max-keys" not in flags:
-            raise InvalidInputError("--max-keys is for --privacy-unit user or user-step")
-        if max_per_key is not None and "--max-per-key" not in flags:
-            raise InvalidInputError("--max-per-key is for --privacy-unit user")
         if unit == "step":
             if len(self.keys) != 1:
                 raise InvalidInputError(
@@ -652,12 +638,12 @@ class _BarsAhead:
         )
 
 
-def _mechanism(base: str | os.PathLike | None, horizon: int | None, metric: str):
-    """The keyed default: the lifted base the planner ranks best for the horizon, or ``base``;
-    without a horizon the shipped anytime schedule for ``metric`` (``mechanisms.anytime``)."""
-    if horizon is None and base is not None:
+def _mechanism(spec: CountSpec):
+    """The keyed default: the lifted base the planner ranks best for the horizon, or the spec's
+    base; without a horizon the shipped anytime schedule for its metric (``mechanisms.anytime``)."""
+    if spec.horizon is None and spec.base is not None:
         raise InvalidInputError("--base needs --horizon: without a horizon the counts run the anytime schedule")
-    return resolve_mechanism(horizon=horizon, metric=metric, base=base, keyed=True).mechanism
+    return resolve(spec).mechanism
 
 
 _NORMS: dict[tuple[str, int], tuple[Fraction, ...]] = {}
@@ -670,26 +656,6 @@ def _column_norms(mechanism: Mechanism, horizon: int) -> tuple[Fraction, ...]:
         assert mechanism.column_norms is not None
         _NORMS[tag] = tuple(mechanism.column_norms(horizon))
     return _NORMS[tag]
-
-
-def public_schedule(horizon: int | None, through: object, *, calendar: Calendar | None = None) -> int:
-    """The last step a keyed release covers: ``through`` (at most the horizon), by default the
-    horizon; without a horizon ``through`` is required (the schedule is public, never the data's).
-    ``through`` is a step (an integer, or its ASCII digits), or with a ``calendar`` a date or
-    timestamp (the step whose period holds it); the calendar must reach the last step."""
-    if through is None:
-        if horizon is None:
-            raise InvalidInputError("keyed counts without --horizon need --through N: the public schedule of steps to release")
-        last = horizon
-    else:
-        if isinstance(through, str) and (calendar is None or through.strip().isdigit()):
-            through = parse_integer(through, what="--through")
-        elif calendar is not None and not (isinstance(through, numbers.Integral) and not isinstance(through, bool)):
-            through = calendar.steps_through(through)
-        last = check_size(through, name="--through", maximum=horizon if horizon is not None else MAX_ANYTIME_THROUGH)
-    if calendar is not None:
-        calendar.check_schedule(last)
-    return last
 
 
 @dataclass

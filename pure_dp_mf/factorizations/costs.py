@@ -23,7 +23,7 @@ import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.exact import GRID_BITS, column_abs_sums
-from pure_dp_mf.validation import check_epsilon, check_size, issparse
+from pure_dp_mf.validation import UNIT_EPSILON, check_epsilon, check_size, issparse
 
 
 def _absolute(matrix):
@@ -62,7 +62,7 @@ def frobenius_norm(matrix) -> float:
     return float(math.sqrt(row_norms_squared(matrix).sum()))
 
 
-def leading_constant(error: float | Fraction, *, n: int, epsilon: float = 1.0) -> float:
+def leading_constant(error: float | Fraction, *, n: int, epsilon: float = UNIT_EPSILON) -> float:
     """error·ε²/log₂(n)³, the constant in front of log₂(n)³/ε²; NaN for n = 1 (log₂ 1 = 0).
 
     The one implementation of the leading constant: trees, lifts, comparison rows and the trainer
@@ -132,7 +132,7 @@ def costs_from_norms(
     )
 
 
-def factorization_costs(*, decoder, encoder, epsilon: float = 1.0) -> FactorizationCosts:
+def factorization_costs(*, decoder, encoder, epsilon: float = UNIT_EPSILON) -> FactorizationCosts:
     """Every cost of T_n = L·R (L = ``decoder``, R = ``encoder``) in float64."""
     epsilon = check_epsilon(epsilon)
     n, inner_size = decoder.shape

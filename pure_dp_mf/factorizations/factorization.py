@@ -39,7 +39,7 @@ from pure_dp_mf.cache import read_array, read_entry, write_array, write_entry
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, NotAFactorizationError
 from pure_dp_mf.factorizations.costs import FactorizationCosts, factorization_costs
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES, declared_npz, file_sha256, npz_members, read_matrix
-from pure_dp_mf.validation import issparse, parse_json
+from pure_dp_mf.validation import UNIT_EPSILON, issparse, parse_json
 
 __all__ = ["DEFAULT_TOLERANCE", "FORMAT", "METRICS", "Factorization", "array_sha256", "decoder_from_encoder", "file_sha256"]
 
@@ -215,7 +215,7 @@ class Factorization:
             )
         return residual
 
-    def costs(self, *, epsilon: float = 1.0) -> FactorizationCosts:
+    def costs(self, *, epsilon: float = UNIT_EPSILON) -> FactorizationCosts:
         """Float64 costs (c₂, c_F, MaxSE, MeanSE, leading constants) at ``epsilon``."""
         return factorization_costs(decoder=self.decoder, encoder=self.encoder, epsilon=epsilon)
 

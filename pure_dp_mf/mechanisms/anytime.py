@@ -59,7 +59,7 @@ from pure_dp_mf import resources
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.release.segmented import SegmentedRelease
-from pure_dp_mf.validation import check_size, parse_json
+from pure_dp_mf.validation import UNIT_EPSILON, check_size, parse_json
 
 SCHEMES_FILE = "anytime.json"
 FORMAT = "pure_dp_mf.anytime_schemes/1"
@@ -355,7 +355,7 @@ def carried_variance(segment: Segment, final: float) -> float:
     return w * w * final + (1 - w) ** 2 * 2 / (theta * theta)
 
 
-def errors(*, schedule: Schedule, n: int, epsilon: float = 1.0) -> tuple[float, float]:
+def errors(*, schedule: Schedule, n: int, epsilon: float = UNIT_EPSILON) -> tuple[float, float]:
     """(MaxSE, MeanSE) over steps 1 … n of the anytime counter at ε (for steps in [0, 1]): the
     largest and the mean per-step variance 2(Δ_s/((1 − θ_s)ε))²‖(L_s)_u‖² + C_s, C_s the carried
     variance of the earlier segments (``carried_variance``; float64, from the profiles)."""
@@ -376,7 +376,7 @@ def errors(*, schedule: Schedule, n: int, epsilon: float = 1.0) -> tuple[float, 
     return largest * factor, total / n * factor
 
 
-def variances(*, schedule: Schedule, n: int, epsilon: float = 1.0) -> np.ndarray:
+def variances(*, schedule: Schedule, n: int, epsilon: float = UNIT_EPSILON) -> np.ndarray:
     """The per-step noise variance of steps 0 … n − 1 at ε, float64 (every step: benchmarks and plots)."""
     n = check_size(n, name="n")
     out, carried, start, index = [], 0.0, 0, 0
@@ -401,7 +401,7 @@ def ratio_points(maximum: int) -> list[int]:
     return sorted(set(points + [maximum]))
 
 
-def anytime_rows(*, n: int, epsilon: float = 1.0) -> list:
+def anytime_rows(*, n: int, epsilon: float = UNIT_EPSILON) -> list:
     """Planner rows (``planner.ComparisonRow``) of the shipped anytime schedules at n: the MaxSE and
     MeanSE over steps 1 … n of a counter that did not know n (``compare --anytime``)."""
     from pure_dp_mf.mechanisms.planner import ComparisonRow

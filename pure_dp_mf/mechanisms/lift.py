@@ -47,7 +47,7 @@ from pure_dp_mf.factorizations.costs import (
     row_norms_squared,
 )
 from pure_dp_mf.factorizations.factorization import DEFAULT_TOLERANCE, METRICS, Factorization, file_sha256
-from pure_dp_mf.validation import check_epsilon, check_positive, check_size
+from pure_dp_mf.validation import UNIT_EPSILON, check_epsilon, check_positive, check_size
 
 #: An exact factorization: (decoder, encoder) as numpy object arrays of ``int`` / ``Fraction``.
 ExactPair: TypeAlias = tuple[np.ndarray, np.ndarray]
@@ -766,7 +766,7 @@ class LiftedFamily:
         self,
         *,
         n: int,
-        epsilon: float = 1.0,
+        epsilon: float = UNIT_EPSILON,
         alpha_rule: str = "paper",
         exact_sensitivity: bool = True,
         top_alpha: Fraction | None = None,
@@ -858,7 +858,13 @@ def _dyadic_alpha(alpha) -> Fraction:
 
 
 def lift_plan(
-    *, base: Operand, n: int, metric: str, epsilon: float = 1.0, alpha_rule: str = "paper", tolerance: float = DEFAULT_TOLERANCE
+    *,
+    base: Operand,
+    n: int,
+    metric: str,
+    epsilon: float = UNIT_EPSILON,
+    alpha_rule: str = "paper",
+    tolerance: float = DEFAULT_TOLERANCE,
 ) -> LiftPlan:
     """The ``LiftPlan`` of ``base`` truncated to n: levels, α's, costs, exact sensitivity.
 

@@ -33,7 +33,7 @@ from pure_dp_mf.factorizations.costs import leading_constant
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization
 from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.mechanisms.lift import LiftedFamily, Operand
-from pure_dp_mf.validation import check_epsilon, check_size
+from pure_dp_mf.validation import UNIT_EPSILON, check_epsilon, check_size
 
 SORT_KEYS = METRICS
 
@@ -109,7 +109,7 @@ class ComparisonRow:
 RowProvider = Callable[..., Iterable[ComparisonRow]]
 
 
-def tree_rows(*, n: int, epsilon: float = 1.0) -> list[ComparisonRow]:
+def tree_rows(*, n: int, epsilon: float = UNIT_EPSILON) -> list[ComparisonRow]:
     """Rows of the five tree mechanisms (best arity per metric), exact closed-form errors."""
     rows = []
     for mechanism in trees.MECHANISMS:
@@ -184,7 +184,9 @@ def _best_rows(
     return rows
 
 
-def best_lifted_rows(*, n: int, epsilon: float = 1.0, bases: Iterable[Operand], alpha_rule: str = "paper") -> list[ComparisonRow]:
+def best_lifted_rows(
+    *, n: int, epsilon: float = UNIT_EPSILON, bases: Iterable[Operand], alpha_rule: str = "paper"
+) -> list[ComparisonRow]:
     """For each metric, the lift (α chosen for that metric) of the base with the least error at n.
 
     Args:
@@ -229,7 +231,7 @@ def shipped_families() -> tuple[tuple[LiftedFamily, str | None], ...]:
 
 
 def lifted_rows(
-    *, n: int, epsilon: float = 1.0, directory: str | os.PathLike | None = None, alpha_rule: str = "paper"
+    *, n: int, epsilon: float = UNIT_EPSILON, directory: str | os.PathLike | None = None, alpha_rule: str = "paper"
 ) -> list[ComparisonRow]:
     """The lifted rows of the bases in ``directory`` (default: the shipped ones, planned from
     their profiles): for each metric the base whose lift has the least error at n, with its file
@@ -246,7 +248,7 @@ DEFAULT_PROVIDERS: tuple[RowProvider, ...] = (tree_rows, lifted_rows)
 
 
 def comparison_rows(
-    *, n: int, epsilon: float = 1.0, providers: Sequence[RowProvider] | None = None, sort_by: str = "maxse"
+    *, n: int, epsilon: float = UNIT_EPSILON, providers: Sequence[RowProvider] | None = None, sort_by: str = "maxse"
 ) -> list[ComparisonRow]:
     """All rows at (n, ε), sorted by MaxSE (``sort_by="maxse"``) or MeanSE, then by the other.
 
@@ -310,7 +312,7 @@ def winning_bases(
 CHOICES = ("auto", "lifted", *trees.MECHANISMS)
 
 
-def choose(*, horizon: int, epsilon: float = 1.0, metric: str = "maxse", mechanism: str = "auto") -> ComparisonRow:
+def choose(*, horizon: int, epsilon: float = UNIT_EPSILON, metric: str = "maxse", mechanism: str = "auto") -> ComparisonRow:
     """The row to run for ``horizon``: "auto" the best of every mechanism for ``metric`` (ties:
     the other metric, then the name), "lifted" the best shipped lifted base, a tree name that tree
     at its best arity for ``metric``."""

@@ -35,6 +35,7 @@ from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms import planner
 from pure_dp_mf.mechanisms.anytime import AnytimeMechanism, Schedule, anytime
+from pure_dp_mf.validation import UNIT_EPSILON
 
 ANYTIME_CHOICES = ("auto", "anytime")
 
@@ -56,7 +57,7 @@ def resolve_mechanism(
     base: Factorization | str | os.PathLike | None = None,
     certificate: str | os.PathLike | None = None,
     keyed: bool = False,
-    epsilon: float = 1.0,
+    epsilon: float = UNIT_EPSILON,
 ) -> Resolved:
     """The mechanism a counter of ``horizon`` runs (module docstring). ``keyed``: the "auto"
     choice is the best lifted base (keyed counts' default). ``epsilon``: the ε at which the

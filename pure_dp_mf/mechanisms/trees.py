@@ -62,7 +62,7 @@ from pure_dp_mf.cache import read_entry, write_entry
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.costs import leading_constant
 from pure_dp_mf.factorizations.factorization import METRICS, Factorization
-from pure_dp_mf.validation import check_epsilon, check_size
+from pure_dp_mf.validation import UNIT_EPSILON, check_epsilon, check_size
 
 MECHANISMS = ("binary", "kary", "kary-subtraction", "smooth-binary", "averaged-kary-subtraction")
 """Every tree mechanism, by the name used in the API, the CLI and the comparison table."""
@@ -536,11 +536,11 @@ class TreeCosts:
         """c_F² = ‖L‖_F²·Δ²/n."""
         return self.mean_row_norm_squared * self.sensitivity**2
 
-    def max_se(self, *, epsilon: float = 1.0) -> float:
+    def max_se(self, *, epsilon: float = UNIT_EPSILON) -> float:
         """MaxSE = 2·c₂²/ε² (Laplace noise of scale Δ/ε)."""
         return float(2 * self.c2_squared) / check_epsilon(epsilon) ** 2
 
-    def mean_se(self, *, epsilon: float = 1.0) -> float:
+    def mean_se(self, *, epsilon: float = UNIT_EPSILON) -> float:
         """MeanSE = 2·c_F²/ε²."""
         return float(2 * self.cf_squared) / check_epsilon(epsilon) ** 2
 
