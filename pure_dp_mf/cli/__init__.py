@@ -47,7 +47,7 @@ def load_commands(argv: list[str] | None = None) -> None:
     named = next((argument for argument in argv if not argument.startswith("-")), None)
     modules = COMMANDS.get(named or "", None)
     if modules is None:
-        modules = tuple(m.name for m in pkgutil.iter_modules(__path__) if m.name not in ("app", "count_keyed"))
+        modules = tuple(m.name for m in pkgutil.iter_modules(__path__) if m.name != "app")
     for module in modules:
         try:
             importlib.import_module(f"{__name__}.{module}")

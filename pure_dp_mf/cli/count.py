@@ -1,11 +1,11 @@
-"""``pure-dp-mf count``: private running counts of one stream (``engines.counter.Counter``,
-``engines.runs.run_stream``) or, with ``--key-column``, of many public keys (``count_keyed``).
+"""``pure-dp-mf count``: private running counts of one stream, of event rows, or with
+``--key-column`` of many public keys.
 
-Thin: parses, builds the counter from the library, runs it into the output, prints."""
+Thin: parses the flags into one ``CountSpec`` (``engines.spec``, checked as it is made) and the
+run's ``CountFiles``, calls ``engines.count.run_count``, prints what it says."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -14,13 +14,11 @@ from typing import Any
 import typer
 
 from pure_dp_mf.cli.app import app, error_console
-from pure_dp_mf.engines.counter import Counter
-from pure_dp_mf.engines.generator import NoiseGenerator
-from pure_dp_mf.engines.io import StepReader
-from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.runs import check_output_options, describe, metadata, run_stream
+from pure_dp_mf.engines.calendar import Calendar
+from pure_dp_mf.engines.count import CountFiles, run_count
+from pure_dp_mf.engines.keyed_io import read_keys
+from pure_dp_mf.engines.spec import CountSpec, Publication
 from pure_dp_mf.errors import InvalidInputError, require_extra
-from pure_dp_mf.validation import check_size
 
 # The arguments and options of ``count``, in the order of its signature (and of --help).
 _INPUT_FILE = typer.Argument(None, exists=True, dir_okay=False, help="file of 0/1 values, one per line (default: standard input)")
@@ -200,32 +198,18 @@ def count(
 
     With --step-column: the input is event rows, counted per step of a public schedule (dates with
     --start); with --key-column too: private running counts of every public key (docs/streaming.md)."""
-    # Each run takes every flag above by name: context.params holds them as parsed.
-    params = {name: value for name, value in context.params.items() if name not in ("plot", "ledger")}
     if ledger is not None:
         from pure_dp_mf.engines import ledger as ledger_module
 
         ledger_module.set_default(ledger)
-    if band not in ("step", "simultaneous"):
-        raise InvalidInputError(f"--band must be step or simultaneous, got {band!r}")
-    rows = key_column is not None or step_column is not None  # event rows: csv by default
-    if plot is not None and (output is None or output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1):
-        raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
+    spec, files = _spec_and_files(**context.params)
     if plot is not None:  # before anything is released or charged: a plot that cannot be written fails now
+        rows = files.route != "cli-lines"
+        if output is None or files.output_format not in (("csv", "plain") if rows else ("csv",)) or dimension != 1:
+            raise InvalidInputError("--plot draws the --output file: give --output and --format csv")
         _check_plot_path(plot)
         require_extra("matplotlib")
-    if not rows and band == "simultaneous" and output_format == "plain":
-        raise InvalidInputError(
-            "--band simultaneous sets the intervals, and --format plain shows none: use --format csv or jsonl"
-        )
-    if not rows and dimension > MAX_DIMENSION:
-        raise InvalidInputError(
-            f"--dimension {dimension} is more than {MAX_DIMENSION:,} counters, the most one run keeps in bounded memory"
-        )
-    if rows:
-        _count_keyed(**params)
-    else:
-        _count_stream(**params)
+    run_count(spec, files=files, say=_say)
     if plot is not None:
         from pure_dp_mf.reports.plot import plot_output_file
 
@@ -233,11 +217,12 @@ def count(
             f"{1 - beta:g} {'simultaneous band' if band == 'simultaneous' else 'interval per step'} (noise on the bounded count)"
         )
         plot_output_file(source=output, image=plot, band_label=label)
-        error_console.print(f"plot: {plot}", markup=False, highlight=False)
+        _say(f"plot: {plot}")
 
 
-MAX_DIMENSION = 1 << 20
-"""The most counters (--dimension) one run keeps: each holds its own noise pages and sums."""
+def _say(text: str) -> None:
+    """What a run says while it runs: one line on stderr (public facts only)."""
+    error_console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_plot_path(plot: Path) -> None:
@@ -255,37 +240,7 @@ def _check_plot_path(plot: Path) -> None:
         raise InvalidInputError(f"--plot {plot}: cannot write there ({error.strerror or error})") from None
 
 
-def _count_keyed(
-    *,
-    extend: bool,
-    certificate: Path | None,
-    dimension: int,
-    monotone: bool,
-    mechanism: str,
-    header_line: bool,
-    commit_every: int,
-    operator_log: Path | None,
-    first_step: int | None,
-    band: str,
-    **keyed: Any,
-) -> None:
-    """``count --key-column`` or ``--step-column`` (event rows): the line-per-step flags refused, then
-    ``count_keyed`` with the ``keyed`` flags (``header_line`` and ``commit_every`` are options of
-    line-per-step input that event rows, always CSV with a header, do not read)."""
-    from pure_dp_mf.cli.count_keyed import count_keyed
-
-    flag = "--key-column" if keyed["key_column"] is not None else "--step-column"
-    if extend or first_step is not None:
-        raise InvalidInputError(
-            f"--extend and --first-step are for one count per line; {flag} releases the public schedule --through "
-            "(a run again with its --state skips the released steps)"
-        )
-    if certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
-        raise InvalidInputError(f"{flag} runs lifted bases: no --certificate, --dimension, --monotone or tree --mechanism")
-    count_keyed(**keyed, operator_log_file=operator_log, simultaneous=band == "simultaneous")
-
-
-def _count_stream(
+def _spec_and_files(
     *,
     input_file: Path | None,
     epsilon: float,
@@ -305,100 +260,7 @@ def _count_stream(
     output_format: str,
     beta: float,
     monotone: bool,
-    commit_every: int,
-    invalid: str,
-    budget: str | None,
-    first_step: int | None,
-    band: str,
-    **keyed_flags: Any,
-) -> None:
-    """``count`` of one stream: the keyed-only flags (``keyed_flags``) refused, then the counter run over the input."""
-    log = keyed_flags.pop("operator_log", None)
-    _refuse_keyed_flags(operator_log=None, **keyed_flags)
-    step_beta = _band_beta(band, beta=beta, steps=horizon)
-    check_size(commit_every, name="--commit-every", maximum=1 << 20)
-    check_output_options(output_format=output_format, dimension=dimension, beta=step_beta, invalid=invalid)
-    policy = invalid if invalid != "refuse" or input_file is not None else "zero"
-    reader = StepReader(
-        dimension=dimension, max_value=max_value, policy=policy, header=header_line, column=column, largest=commit_every
-    )
-    counter = Counter(
-        epsilon=epsilon,
-        horizon=horizon,
-        mechanism=mechanism,
-        metric=metric,
-        base=base,
-        certificate=certificate,
-        max_value=max_value,
-        dimension=dimension,
-        beta=step_beta,
-        monotone=monotone,
-        state=state,
-        rng=NoiseGenerator.from_seed(seed) if seed is not None else None,
-        budget=budget,
-    )
-    if extend:
-        if counter.counter.horizon is None:
-            raise InvalidInputError("--extend: the counter has no horizon; it already goes on without one")
-        counter.extend_horizon()
-    _announce(counter, state=state, policy=policy, invalid=invalid)
-    summary = {**metadata(counter, beta=beta, policy=policy), "band": band, "beta_per_step": step_beta}
-    report = run_stream(
-        counter,
-        source=input_file,
-        reader=reader,
-        output=output,
-        output_format=output_format,
-        summary=summary,
-        first_step=first_step,
-    )
-    if log is not None:  # the lines the policy replaced are about the data: the operator log only, never stderr
-        _stream_operator_log(log, policy=policy, invalid=report.invalid, released=report.released)
-
-
-def _stream_operator_log(path: Path, *, policy: str, invalid: int, released: int) -> None:
-    """Append the stream's data diagnostics (not private: never publish) to ``path``."""
-    record = {
-        "not_private": "diagnostics about the data: for the operator only, never publish",
-        "invalid_policy": policy,
-        "invalid_lines": invalid,
-        "released_steps": released,
-    }
-    try:
-        with open(path, "a", encoding="utf-8") as stream:
-            stream.write(json.dumps(record) + "\n")
-    except OSError as error:
-        raise storage_error(path, error, state=False) from None
-
-
-def _band_beta(band: str, *, beta: float, steps: int | None) -> float:
-    """The β of each step's interval: β itself (--band step), or for a band that holds over the
-    whole schedule of ``steps`` steps at once β/steps (``error_bars.simultaneous_beta``)."""
-    if band == "step":
-        return beta
-    if steps is None:
-        raise InvalidInputError(
-            "--band simultaneous needs --horizon n (or --through): the band holds over steps fixed in advance"
-        )
-    check_output_options(output_format="csv", dimension=1, beta=beta, invalid="refuse")
-    from pure_dp_mf.release.error_bars import simultaneous_beta
-
-    return simultaneous_beta(beta, steps=steps)
-
-
-def _announce(counter: Counter, *, state: Path | None, policy: str, invalid: str) -> None:
-    """Say on stderr what runs: the counter (or where it resumes), seeded noise, the policy for standard input."""
-    say = lambda text: error_console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
-    of = f" of {counter.counter.horizon}" if counter.counter.horizon is not None else ""
-    say(f"resuming after step {counter.released}{of} ({state})" if counter.resumed else describe(counter))
-    if counter.seeded:
-        say("warning: seeded noise (--seed): not for production, not private")
-    if policy != invalid:
-        say("standard input is a stream: an invalid line counts as 0 (--invalid zero); --invalid stop stops at it (not private)")
-
-
-def _refuse_keyed_flags(
-    *,
+    key_column: str | None,
     keys_file: Path | None,
     step_column: str | None,
     start: str | None,
@@ -408,31 +270,80 @@ def _refuse_keyed_flags(
     max_keys: int | None,
     max_per_key: int | None,
     engine: str,
-    key_column: str | None,
+    commit_every: int,
     through: str | None,
     operator_log: Path | None,
+    invalid: str,
+    budget: str | None,
+    first_step: int | None,
+    band: str,
     key_file: Path | None,
-) -> None:
-    """The flags of event rows, refused for one count per line (one error naming the flag).
-    ``key_column`` and ``step_column`` are None here; --through is refused (every input line is
-    a step: it would be ignored); --operator-log is not."""
-    if engine != "local":
-        raise InvalidInputError("--engine is for keyed counts: give --key-column too")
-    if privacy_unit not in (None, "step"):
+    **_: Any,
+) -> tuple[CountSpec, CountFiles]:
+    """The flags as one ``CountSpec`` (checked as it is made) and the ``CountFiles`` of the run.
+    The flags of the input's layout are refused here where the layout has no use for them."""
+    rows = key_column is not None or step_column is not None  # event rows
+    if not rows:
+        if engine != "local":
+            raise InvalidInputError("--engine is for keyed counts: give --key-column too")
+        layout = {
+            "--keys": keys_file,
+            "--user-column": user_column,
+            "--max-keys": max_keys,
+            "--max-per-key": max_per_key,
+            "--start": start,
+            "--step-size": step_size,
+            "--through": through,
+        }
+        for flag, value in layout.items():
+            if value is not None:
+                raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
+    elif first_step is not None:
         raise InvalidInputError(
-            f"--privacy-unit {privacy_unit} counts event rows: give --step-column (the column of each row's step or date); "
-            "one value per line is --privacy-unit step"
+            "--first-step is for one count per line; event rows release the public schedule --through "
+            "(a run again with its --state skips the released steps)"
         )
-    given = {
-        "--keys": keys_file,
-        "--user-column": user_column,
-        "--max-keys": max_keys,
-        "--max-per-key": max_per_key,
-        "--start": start,
-        "--step-size": step_size,
-        "--through": through,
-        "--key-file": key_file,
-    }
-    for flag, value in given.items():
-        if value is not None:
-            raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
+    if key_column is not None and keys_file is None:
+        raise InvalidInputError("--key-column needs --keys FILE: the public list of keys, one per line")
+    if keys_file is not None and key_column is None:
+        raise InvalidInputError("--keys is for keyed counts: give --key-column too (the column of each event's key)")
+    files = CountFiles(
+        input_file=input_file,
+        header=header_line,
+        column=column,
+        step_column=step_column,
+        key_column=key_column,
+        user_column=user_column,
+        output=output,
+        output_format=output_format,
+        commit_every=commit_every,
+        first_step=first_step,
+        operator_log=operator_log,
+        engine=engine,
+    )
+    if rows:
+        files.check_columns(privacy_unit=privacy_unit or "event")
+    spec = CountSpec(
+        epsilon=epsilon,
+        horizon=horizon,
+        extend=extend,
+        mechanism=mechanism,
+        metric=metric,
+        base=base,
+        certificate=certificate,
+        privacy_unit=privacy_unit,
+        max_value=max_value,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+        dimension=dimension,
+        beta=beta,
+        band=band,
+        invalid=invalid,
+        monotone=monotone,
+        calendar=Calendar.of(start=start, step_size=step_size),
+        through=through,
+        keys=None if keys_file is None else tuple(read_keys(keys_file)),
+        rows=rows,
+        publication=Publication(seed=seed, key_file=key_file, state=state, budget=budget),
+    )
+    return spec, files

@@ -156,20 +156,21 @@ class Counter:
             monotone=monotone,
             publication=Publication(generator=rng, state=None if state is None else Path(state), budget=budget),
         )
-        self._start(spec)
+        self._start(spec, route="counter")
 
     @classmethod
-    def from_spec(cls, spec: CountSpec) -> Counter:
+    def from_spec(cls, spec: CountSpec, *, route: str = "counter") -> Counter:
         """The counter of a checked spec (``engines.spec``; the command ``count`` builds one):
         created, or resumed from the spec's state. Its band sets each interval's β (β/n for a
         simultaneous band over the horizon's n steps)."""
         counter = cls.__new__(cls)
-        counter._start(spec)
+        counter._start(spec, route=route)
         return counter
 
-    def _start(self, spec: CountSpec) -> None:
-        """Build or resume the counter of ``spec`` (``__init__``)."""
-        spec.check_route("counter")
+    def _start(self, spec: CountSpec, *, route: str) -> None:
+        """Build or resume the counter of ``spec`` (``__init__``), refusing what ``route`` (the
+        caller's: ``spec.ROUTES``) does not do."""
+        spec.check_route(route)
         self.spec = spec
         self.beta = spec.step_beta(intervals=spec.horizon)
         state, budget = spec.publication.state, spec.publication.budget

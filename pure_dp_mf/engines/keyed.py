@@ -580,6 +580,25 @@ class KeyedCounters(_KeyedState):
     # ------------------------------------------------------------------ the state
 
     @classmethod
+    def resume_spec(cls, path: str | os.PathLike, *, spec: CountSpec) -> KeyedCounters:
+        """``resume`` with the options of a checked spec (its keys, ε, horizon, m, unit, bounds,
+        generator and budget), which must be those the state was made with."""
+        assert spec.keys is not None
+        return cls.resume(
+            path,
+            keys=spec.keys,
+            rng=spec.publication.noise_generator(),
+            budget=spec.publication.budget,
+            epsilon=spec.epsilon,
+            horizon=spec.horizon,
+            metric=spec.metric,
+            max_value=spec.max_value,
+            privacy_unit=spec.privacy_unit,
+            max_keys=spec.max_keys,
+            max_per_key=spec.max_per_key,
+        )
+
+    @classmethod
     def resume(
         cls, path: str | os.PathLike, *, keys: Iterable[str], registry_path: str | os.PathLike | None = None, **options
     ) -> KeyedCounters:

@@ -62,6 +62,7 @@ keyed event rows (``--key-column``); ``Counter``; ``KeyedCounters``; the DataFra
 Spark batch (the DataFrame API and ``count --engine spark``); Spark streaming."""
 
 FEATURES = {
+    "one-stream": "event rows of one stream (no --key-column)",
     "dates": "dates and calendars (--start, --step-size)",
     "unit-step": "--privacy-unit step",
     "unit-event": "--privacy-unit event",
@@ -78,10 +79,21 @@ FEATURES = {
     "invalid-stop": "--invalid stop",
     "dimension": "d > 1 counts per step (--dimension)",
     "key-file": "the noise key in a file (--key-file)",
+    "certificate": "a certificate's base (--certificate)",
+    "tree": "a tree mechanism (--mechanism binary, …)",
 }
 """What a spec may ask for (``features``), in the order of the parity table."""
 
 _LINES = "one value per line is one step's value"
+_LIFTED = "event rows run lifted bases: no --certificate, --dimension, --monotone or tree --mechanism"
+_SPARK_UNITS = (
+    "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
+    "one stream, --start and the units step and user-step run on the local engine"
+)
+_EXTEND_ROWS = (
+    "--extend is for one count per line; event rows release the public schedule --through "
+    "(a run again with its --state skips the released steps)"
+)
 REFUSED: dict[tuple[str, str], str] = {
     ("dates", "cli-lines"): f"--start dates event rows: give --step-column ({_LINES})",
     ("dates", "counter"): "Counter takes one value per step; dates belong to event rows (KeyedCounters, the DataFrame function)",
@@ -109,8 +121,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("releases", "dataframe"): "the DataFrame function returns every release; it keeps no release log",
     ("releases", "spark-batch"): "a Spark batch run writes every release to its sink; it keeps no release log",
     ("releases", "spark-stream"): "a Spark stream writes every release to its sink; its checkpoint keeps no release log",
-    ("invalid-stop", "cli-rows"): "--invalid stop is for one count per line (it stops at the first invalid line)",
-    ("invalid-stop", "cli-keyed"): "--invalid stop is for one count per line (it stops at the first invalid line)",
     ("invalid-stop", "dataframe"): "invalid='stop' is for one count per line; the DataFrame function takes refuse, zero or clamp",
     ("invalid-stop", "spark-batch"): "--invalid stop is for the local engine; --engine spark takes refuse, zero or clamp",
     ("invalid-stop", "spark-stream"): "invalid='stop' is for the local engine; a Spark stream takes refuse, zero or clamp",
@@ -118,9 +128,6 @@ REFUSED: dict[tuple[str, str], str] = {
         "invalid-policy",
         "counter",
     ): "Counter takes checked integers: an invalid value is an error (the command's --invalid reads files)",
-    ("invalid-policy", "keyed-counters"): "KeyedCounters takes checked events: the readers apply --invalid",
-    ("invalid-stop", "counter"): "Counter takes checked integers: an invalid value is an error",
-    ("invalid-stop", "keyed-counters"): "KeyedCounters takes checked events: the readers apply --invalid",
     ("dimension", "cli-rows"): "--dimension is for one count per line: event rows of d streams are d keys (--key-column)",
     ("dimension", "cli-keyed"): "--dimension is for one count per line: keyed counts are one count per key",
     ("dimension", "keyed-counters"): "dimension is for one count per line: keyed counts are one count per key",
@@ -298,6 +305,7 @@ class CountSpec:
     def features(self) -> list[str]:
         """The features of ``FEATURES`` this spec asks for (the parity table's rows)."""
         asked = {
+            "one-stream": self.rows and self.keys is None,
             "dates": self.calendar is not None,
             f"unit-{self.privacy_unit}": True,
             "state": self.publication.state is not None,
@@ -310,6 +318,8 @@ class CountSpec:
             "invalid-stop": self.invalid == "stop",
             "dimension": self.dimension != 1,
             "key-file": self.publication.key_file is not None,
+            "certificate": self.certificate is not None,
+            "tree": self.mechanism not in ("auto", "lifted", "anytime"),
         }
         return [name for name in FEATURES if asked.get(name)]
 
