@@ -286,18 +286,8 @@ def _spec_and_files(
     if not rows:
         if engine != "local":
             raise InvalidInputError("--engine is for keyed counts: give --key-column too")
-        layout = {
-            "--keys": keys_file,
-            "--user-column": user_column,
-            "--max-keys": max_keys,
-            "--max-per-key": max_per_key,
-            "--start": start,
-            "--step-size": step_size,
-            "--through": through,
-        }
-        for flag, value in layout.items():
-            if value is not None:
-                raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
+        if user_column is not None:
+            raise InvalidInputError("--user-column is for event rows: give --step-column too")
     elif first_step is not None:
         raise InvalidInputError(
             "--first-step is for one count per line; event rows release the public schedule --through "

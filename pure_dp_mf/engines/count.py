@@ -152,6 +152,7 @@ def _append_operator_log(path: Path, record: dict) -> None:
 def _count_rows(spec: CountSpec, *, files: CountFiles, say: Callable[[str], None]) -> None:
     """Event rows, of one stream (the one key ``SINGLE_KEY``, not shown) or of public keys:
     ``KeyedCounters.from_spec`` over the file (``keyed_io.run_keyed_file``), or Spark."""
+    from pure_dp_mf.engines.keyed import KeyedCounters
     from pure_dp_mf.engines.keyed_io import EventReader, KeyedSink, Layout, check_events, operator_log, run_keyed_file
     from pure_dp_mf.engines.keys import SINGLE_KEY
 
@@ -180,7 +181,10 @@ def _count_rows(spec: CountSpec, *, files: CountFiles, say: Callable[[str], None
         calendar=spec.calendar,
     )
     check_events(files.input_file, reader)  # a file is checked whole: nothing is created or released before this
-    counters, resumed = _open_counters(spec.replace(keys=tuple(keys)), say=say)
+    counters = KeyedCounters.from_spec(spec.replace(keys=tuple(keys)))
+    resumed = counters.resumed
+    if resumed:
+        say(f"resuming after step {counters.released} ({spec.publication.state})")
     summary = {**counters.summary(), "beta": spec.beta, "through": through, "invalid": policy, **band}
     if spec.calendar is not None:
         summary["calendar"] = spec.calendar.record()
@@ -201,23 +205,6 @@ def _count_rows(spec: CountSpec, *, files: CountFiles, say: Callable[[str], None
     )
     run_keyed_file(counters, source=files.input_file, reader=reader, sink=sink, through=through, beta=beta)
     operator_log(files.operator_log, counters=counters, reader=reader)
-
-
-def _open_counters(spec: CountSpec, *, say: Callable[[str], None]):
-    """The keyed counters resumed from the spec's state when it exists, else new (saved to the
-    state when there is one); and whether resumed."""
-    from pure_dp_mf.engines.keyed import KeyedCounters
-
-    state = spec.publication.state
-    resumed = state is not None and Path(state).exists()
-    if state is not None and resumed:
-        counters = KeyedCounters.resume_spec(state, spec=spec)
-        say(f"resuming after step {counters.released} ({state})")
-    else:
-        counters = KeyedCounters.from_spec(spec)
-        if state is not None:
-            counters.save_state(state)
-    return counters, resumed
 
 
 def _count_on_spark(

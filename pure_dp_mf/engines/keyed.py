@@ -326,20 +326,26 @@ class KeyedCounters(_KeyedState):
         cls, spec: CountSpec, *, mechanism: Mechanism | None = None, chunk: int = 256, _lineage: str | None = None
     ) -> KeyedCounters:
         """The keyed counters of a checked spec (``engines.spec``) with its ``keys`` (one stream:
-        the one key ``count``); ``mechanism``: a resolved one (a state's), else ``spec``'s."""
+        the one key ``count``); ``mechanism``: a resolved one (a state's), else ``spec``'s. With
+        the spec's state: resumed when it exists (``resumed`` is then True), else created and saved
+        there."""
+        spec = spec if spec.keys is not None else spec.replace(keys=(SINGLE_KEY,))
+        state = spec.publication.state
+        if state is not None and mechanism is None and _lineage is None and Path(state).exists():
+            counters = cls.resume_spec(state, spec=spec)
+            counters.resumed = True
+            return counters
         counters = cls.__new__(cls)
-        counters._start(
-            spec if spec.keys is not None else spec.replace(keys=(SINGLE_KEY,)),
-            mechanism=mechanism,
-            chunk=chunk,
-            lineage=_lineage,
-        )
+        counters._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
+        if state is not None and mechanism is None and _lineage is None:
+            counters.save_state(state)
         return counters
 
     def _start(self, spec: CountSpec, *, mechanism: Mechanism | None, chunk: int, lineage: str | None) -> None:
         """Build the counters of ``spec`` (``__init__``)."""
         assert spec.keys is not None and spec.privacy_unit is not None
         self.spec = spec
+        self.resumed = False
         self.keys = list(spec.keys)
         self.index = {key: i for i, key in enumerate(self.keys)}
         self.epsilon = spec.epsilon

@@ -94,8 +94,17 @@ _EXTEND_ROWS = (
     "--extend is for one count per line; event rows release the public schedule --through "
     "(a run again with its --state skips the released steps)"
 )
+_ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters", "dataframe", "spark-batch", "spark-stream")
 REFUSED: dict[tuple[str, str], str] = {
-    ("dates", "cli-lines"): f"--start dates event rows: give --step-column ({_LINES})",
+    ("one-stream", "spark-batch"): _SPARK_UNITS,
+    ("dates", "spark-batch"): _SPARK_UNITS,
+    ("unit-step", "spark-batch"): _SPARK_UNITS,
+    ("unit-user-step", "spark-batch"): _SPARK_UNITS,
+    ("extend", "cli-rows"): _EXTEND_ROWS,
+    ("extend", "cli-keyed"): _EXTEND_ROWS,
+    ("extend", "keyed-counters"): _EXTEND_ROWS,
+    **{(feature, route): _LIFTED for feature in ("certificate", "tree") for route in _ROW_ROUTES},
+    ("dates", "cli-lines"): f"--start is for event rows: give --step-column too ({_LINES})",
     ("dates", "counter"): "Counter takes one value per step; dates belong to event rows (KeyedCounters, the DataFrame function)",
     ("unit-event", "cli-lines"): f"--privacy-unit event counts event rows: give --step-column ({_LINES}: --privacy-unit step)",
     ("unit-event", "counter"): "Counter protects one step's value (privacy unit step); events are counted by KeyedCounters",
@@ -124,10 +133,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("invalid-stop", "dataframe"): "invalid='stop' is for one count per line; the DataFrame function takes refuse, zero or clamp",
     ("invalid-stop", "spark-batch"): "--invalid stop is for the local engine; --engine spark takes refuse, zero or clamp",
     ("invalid-stop", "spark-stream"): "invalid='stop' is for the local engine; a Spark stream takes refuse, zero or clamp",
-    (
-        "invalid-policy",
-        "counter",
-    ): "Counter takes checked integers: an invalid value is an error (the command's --invalid reads files)",
     ("dimension", "cli-rows"): "--dimension is for one count per line: event rows of d streams are d keys (--key-column)",
     ("dimension", "cli-keyed"): "--dimension is for one count per line: keyed counts are one count per key",
     ("dimension", "keyed-counters"): "dimension is for one count per line: keyed counts are one count per key",
@@ -142,6 +147,26 @@ REFUSED: dict[tuple[str, str], str] = {
 }
 """The one table of refusals: (feature, route) → why that route does not do it. A pair not in it
 is supported. docs/streaming.md, "Route parity", is this table."""
+
+
+def parity_markdown() -> str:
+    """The parity table as Markdown (docs/streaming.md, "Route parity"): a row per feature, a
+    column per route, "yes" or "no [i]" with the reasons numbered below the table."""
+    reasons: list[str] = []
+    lines = ["| feature | " + " | ".join(ROUTES) + " |", "| --- |" + " --- |" * len(ROUTES)]
+    for feature, words in FEATURES.items():
+        cells = []
+        for route in ROUTES:
+            reason = REFUSED.get((feature, route))
+            if reason is None:
+                cells.append("yes")
+                continue
+            if reason not in reasons:
+                reasons.append(reason)
+            cells.append(f"no [{reasons.index(reason) + 1}]")
+        lines.append(f"| {words} | " + " | ".join(cells) + " |")
+    notes = [f"[{number}]: {reason}" for number, reason in enumerate(reasons, start=1)]
+    return "\n".join([*lines, "", *notes]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -260,6 +285,8 @@ class CountSpec:
         self._check_bounds()
         if self.monotone and self.dimension != 1:
             raise InvalidInputError("monotone post-processing is for dimension 1 (one running count)")
+        if self.through is not None and not self.rows:
+            raise InvalidInputError("--through is for event rows: give --step-column too (every input line is a step)")
         if self.extend and self.horizon is None:
             raise InvalidInputError("--extend: the counter has no horizon; it already goes on without one")
 
@@ -397,3 +424,7 @@ def _one_of(value: object, choices: tuple[str, ...], *, flag: str) -> str:
     if value not in choices:
         raise InvalidInputError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
     return str(value)
+
+
+if __name__ == "__main__":  # python -m pure_dp_mf.engines.spec: the parity table of docs/streaming.md
+    print(parity_markdown(), end="")
