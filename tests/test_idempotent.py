@@ -198,8 +198,8 @@ CRASH = textwrap.dedent(
     from pure_dp_mf.engines.generator import NoiseGenerator
     values = [int(v) for v in sys.argv[3].split(",")]
     counter = Counter(epsilon=1.0, horizon={horizon}, max_value={m}, state=sys.argv[1], rng=NoiseGenerator.from_seed(7))
-    counter.extend(values[:5])          # day 1
-    released = counter.extend(values[5:])  # day 2: released, then the job dies before it prints
+    counter.update_many(values[:5])          # day 1
+    released = counter.update_many(values[5:])  # day 2: released, then the job dies before it prints
     if sys.argv[2] == "exit":
         os._exit(0)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -88,7 +88,7 @@ def test_extend_with_no_sequence_is_one_clear_error(values):
     with pytest.warns(UserWarning, match="seeded"):
         counter = Counter(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_seed(1))
     with pytest.raises(InvalidInputError, match="sequence of steps' inputs"):
-        counter.extend(values)
+        counter.update_many(values)
     assert counter.released == 0
 
 

@@ -168,7 +168,7 @@ from pure_dp_mf import Counter
 from pure_dp_mf.engines.generator import NoiseGenerator
 generator = NoiseGenerator.from_key_file(sys.argv[1], query=sys.argv[2])
 counter = Counter(epsilon=1.0, horizon=8, rng=generator)
-print([release.count for release in counter.extend([int(v) for v in sys.argv[3]])])
+print([release.count for release in counter.update_many([int(v) for v in sys.argv[3]])])
 """
 
 

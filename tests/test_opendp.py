@@ -43,7 +43,7 @@ def test_the_measurement_releases_what_the_counter_releases():
         measurement = make_private_running_counts(epsilon=0.5, max_value=2, seed=11)
         released = measurement(values)
         counter = Counter(epsilon=0.5, horizon=len(values), max_value=2, rng=NoiseGenerator.from_seed(11))
-        expected = [release.count for release in counter.extend(values)]
+        expected = [release.count for release in counter.update_many(values)]
         longer = make_private_running_counts(epsilon=0.5, horizon=16, max_value=2, seed=11, mechanism="binary")
         prefix = longer(values[:4])
         reference = Counter(epsilon=0.5, horizon=16, max_value=2, mechanism="binary", rng=NoiseGenerator.from_seed(11))

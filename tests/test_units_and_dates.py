@@ -470,7 +470,7 @@ def test_single_stream_intervals_hold_their_counts_for_many_seeds(monotone, max_
         counter = Counter(
             epsilon=0.5, horizon=horizon, max_value=max_value, monotone=monotone, rng=NoiseGenerator.from_seed(seed)
         )
-        releases = counter.extend(values.tolist()[:10]) + counter.extend(values.tolist()[10:])
+        releases = counter.update_many(values.tolist()[:10]) + counter.update_many(values.tolist()[10:])
         steps = [r.step for r in releases]
         assert steps == list(range(1, horizon + 1))
         counts = [r.count for r in releases]

@@ -353,7 +353,7 @@ class Counter:
         centres = exact_integers(array[:, d + 1]) if d == 1 and self._counter.monotone else counts
         return self._releases_of(counts, centres, first=first_step - 1, error_bars=error_bars)
 
-    def extend(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
+    def update_many(self, values: Iterable[int], *, first_step: int | None = None) -> list[Release]:
         """Release the steps from ``first_step`` (default the next; ``release``), one durable
         commit with a state file; one ``Release`` each."""
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
@@ -372,7 +372,7 @@ class Counter:
     def update(self, value: int, *, step: int | None = None) -> Release:
         """Release step ``step`` (default the next); a released step given again with the same
         input returns its stored release and draws nothing (``release``)."""
-        return self.extend([value], first_step=step)[0]
+        return self.update_many([value], first_step=step)[0]
 
     def extend_horizon(self) -> None:
         """Go on past the horizon as an anytime counter (``ContinualCounter.extend_horizon``): the
