@@ -146,6 +146,12 @@ _BAND = typer.Option(
     help="step (each interval holds with probability ≥ 1 − β) or simultaneous (all of the schedule's intervals hold "
     "together with probability ≥ 1 − β: each at β/n, the union bound)",
 )
+_RELEASED_EVENTS = typer.Option(
+    "refuse",
+    "--released-events",
+    help="event rows with --state: the events of steps released by an earlier run: refuse (unless exactly as released: "
+    "a re-run or a cumulative file) or set-aside (never counted; counted in --operator-log)",
+)
 _INVALID = typer.Option(
     "refuse",
     "--invalid",
@@ -195,6 +201,7 @@ def count(
     band: str = _BAND,
     ledger: str = _LEDGER,
     key_file: Path = _KEY_FILE,
+    released_events: str = _RELEASED_EVENTS,
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
 
@@ -412,6 +419,7 @@ def _refuse_keyed_flags(
     through: str | None,
     operator_log: Path | None,
     key_file: Path | None,
+    released_events: str = "refuse",
 ) -> None:
     """The flags of event rows, refused for one count per line (one error naming the flag).
     ``key_column`` and ``step_column`` are None here; --through is refused (every input line is
@@ -432,6 +440,7 @@ def _refuse_keyed_flags(
         "--step-size": step_size,
         "--through": through,
         "--key-file": key_file,
+        "--released-events": None if released_events == "refuse" else released_events,
     }
     for flag, value in given.items():
         if value is not None:

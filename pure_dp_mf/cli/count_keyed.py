@@ -50,6 +50,7 @@ def count_keyed(
     operator_log_file: Path | None = None,
     simultaneous: bool = False,
     key_file: Path | None = None,
+    released_events: str = "refuse",
 ) -> None:
     """The event-row run of ``count`` (see the module docstring); every option is checked first.
     Without --key-column the rows are one stream (one key, not shown); the unit defaults to event."""
@@ -101,7 +102,15 @@ def count_keyed(
     if engine != "local":
         raise InvalidInputError(f"--engine must be local or spark, got {engine!r}")
     policy = invalid if invalid != "refuse" or input_file is not None else "zero"
-    reader = EventReader(keys=keys, **columns, through=through_step, max_value=max_value, policy=policy, calendar=calendar)
+    reader = EventReader(
+        keys=keys,
+        **columns,
+        through=through_step,
+        max_value=max_value,
+        policy=policy,
+        calendar=calendar,
+        released_events=released_events,
+    )
     check_events(input_file, reader)  # a file is checked whole: nothing is created or released before this
     counters, resumed = _open_counters(state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds, budget=budget)
     summary = {**counters.summary(), "beta": band_beta, "through": through_step, "invalid": policy, **band}
