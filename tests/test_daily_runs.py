@@ -172,6 +172,37 @@ def test_operator_log_categories_add_up_to_the_rows_of_a_messy_input(tmp_path):
     assert record["rows_by_fate"]["counted"] == 3  # the clamped event is counted, at 1
 
 
+def test_a_state_without_recorded_inputs_takes_partitions_and_refuses_released_steps(tmp_path):
+    import sqlite3
+
+    assert _run(tmp_path, _file(tmp_path / "day1.csv", DAY_1), "2026-03-01").returncode == 0
+    with sqlite3.connect(tmp_path / "s.db") as connection:  # as a state written before the digests were recorded
+        connection.execute("DROP TABLE step_inputs")
+    cumulative = _run(tmp_path, _file(tmp_path / "all.csv", DAY_1 + DAY_2), "2026-03-02")
+    assert (
+        cumulative.returncode == 2 and "differ from those it was released from (its input was not recorded)" in cumulative.stderr
+    )
+    assert _run(tmp_path, _file(tmp_path / "day2.csv", DAY_2), "2026-03-02").returncode == 0
+
+
+def test_the_step_input_digest_is_of_the_multiset_of_events():
+    from pure_dp_mf.engines.partitions import input_mac_key, step_input_digest
+
+    mac_key = input_mac_key(bytes(32))
+    events = {("de", 1, "u1"): 2, ("fr", 3, "u2"): 1}
+    same = step_input_digest(mac_key, step=4, events=dict(reversed(events.items())))
+    assert step_input_digest(mac_key, step=4, events=events) == same  # the order of the lines does not matter
+    changed = [
+        {("de", 1, "u1"): 1, ("fr", 3, "u2"): 1},  # one event fewer
+        {("de", 1, "u1"): 2, ("fr", 2, "u2"): 1},  # a value changed
+        {("de", 1, "u1"): 2, ("fr", 3, "u3"): 1},  # a user changed
+        {("de", 1, None): 2, ("fr", 3, None): 1},  # no users
+    ]
+    assert all(step_input_digest(mac_key, step=4, events=other) != same for other in changed)
+    assert step_input_digest(mac_key, step=5, events=events) != same  # another step
+    assert step_input_digest(input_mac_key(bytes(31) + b"\x01"), step=4, events=events) != same  # another key
+
+
 # ---------------------------------------------------------------- the DataFrame function
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,28 +64,26 @@ def input_mac_key(key: bytes) -> bytes:
     return hashlib.sha256(_INPUT_DOMAIN + key).digest()
 
 
-def _encoded(text: str) -> bytes:
-    data = text.encode("utf-8")
-    return len(data).to_bytes(8, "little") + data
+def _order(item: tuple[tuple[str, int, str | None], int]) -> tuple[str, int, str]:
+    (key, value, user), _ = item
+    return key, value, "" if user is None else user
 
 
 def step_input_digest(mac_key: bytes, *, step: int, events: dict[tuple[str, int, str | None], int]) -> str:
     """The digest of one step's input events: HMAC-SHA256 under ``mac_key`` (``input_mac_key``)
-    of the 1-based step (8 bytes) followed by the distinct events (key, value, user) in sorted
-    order, each as its length-prefixed UTF-8 key, its value in decimal and ";", 0x00 (no user) or
-    0x01 and its length-prefixed UTF-8 user, and its count in the step (8 bytes); 64 hex digits.
+    of the 1-based step (8 bytes) followed by the JSON list of [key, value, user or null, count]
+    of the step's distinct events (key, value, user) in sorted order (ASCII JSON); 64 hex digits.
     ``events`` maps each distinct event of the step to its count: the order of the lines does not
     matter.
 
-    Sound: the message is an injective encoding of (step, multiset of events), so two different
-    multisets of one step have equal digests only through a collision of HMAC-SHA256 under a
-    secret key derived from the run's generator key (a PRF: about 2⁻²⁵⁶ per pair of inputs);
-    equal multisets have equal digests. Without the key a digest says nothing of the events."""
-    mac = hmac.new(mac_key, int(step).to_bytes(8, "little"), hashlib.sha256)
-    for (key, value, user), count in sorted(events.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or "")):
-        who = b"\x00" if user is None else b"\x01" + _encoded(user)
-        mac.update(b"%b%d;%b%b" % (_encoded(key), value, who, int(count).to_bytes(8, "little")))
-    return mac.hexdigest()
+    Sound: the message is an injective encoding of (step, multiset of events) (JSON of a list of
+    strings, integers and nulls is), so two different multisets of one step have equal digests
+    only through a collision of HMAC-SHA256 under a secret key derived from the run's generator
+    key (a PRF: about 2⁻²⁵⁶ per pair of inputs); equal multisets have equal digests. Without the
+    key a digest says nothing of the events."""
+    listed = [[key, value, user, count] for (key, value, user), count in sorted(events.items(), key=_order)]
+    message = int(step).to_bytes(8, "little") + json.dumps(listed).encode("ascii")
+    return hmac.new(mac_key, message, hashlib.sha256).hexdigest()
 
 
 @dataclass
