@@ -81,7 +81,11 @@ def step_input_digest(mac_key: bytes, *, step: int, events: dict[tuple[str, int,
     only through a collision of HMAC-SHA256 under a secret key derived from the run's generator
     key (a PRF: about 2⁻²⁵⁶ per pair of inputs); equal multisets have equal digests. Without the
     key a digest says nothing of the events."""
-    listed = [[key, value, user, count] for (key, value, user), count in sorted(events.items(), key=_order)]
+    try:
+        ordered = sorted(events.items())  # (key, value, user) tuples compared in C: users all text or all None
+    except TypeError:  # users both None and text (not from one reader): None sorts as ""
+        ordered = sorted(events.items(), key=_order)
+    listed = [[key, value, user, count] for (key, value, user), count in ordered]
     message = int(step).to_bytes(8, "little") + json.dumps(listed).encode("ascii")
     return hmac.new(mac_key, message, hashlib.sha256).hexdigest()
 
