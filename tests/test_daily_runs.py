@@ -111,6 +111,8 @@ def test_set_aside_counts_the_events_of_released_steps_exactly(two_days):
     assert "set aside" not in aside.stderr and "u7" not in aside.stderr  # data only in the operator log
     bad = _run(tmp_path, mixed, "2026-03-03", "--released-events", "ignore")
     assert bad.returncode == 2 and "error: --released-events must be one of refuse, set-aside, got 'ignore'" in bad.stderr
+    lines = run_cli("count", "--epsilon", "1", "--horizon", "8", "--released-events", "set-aside", input_text="1\n")
+    assert lines.returncode == 2 and "error: --released-events is for event rows: give --step-column too" in lines.stderr
 
 
 def test_same_input_of_a_released_step_is_its_own_category(two_days):
