@@ -144,6 +144,12 @@ _BAND = typer.Option(
     help="step (each interval holds with probability ≥ 1 − β) or simultaneous (all of the schedule's intervals hold "
     "together with probability ≥ 1 − β: each at β/n, the union bound)",
 )
+_RELEASED_EVENTS = typer.Option(
+    "refuse",
+    "--released-events",
+    help="event rows with --state: the events of steps released by an earlier run: refuse (unless exactly as released: "
+    "a re-run or a cumulative file) or set-aside (never counted; counted in --operator-log)",
+)
 _INVALID = typer.Option(
     "refuse",
     "--invalid",
@@ -193,6 +199,7 @@ def count(
     band: str = _BAND,
     ledger: str = _LEDGER,
     key_file: Path = _KEY_FILE,
+    released_events: str = _RELEASED_EVENTS,
 ) -> None:
     """Release a noisy running count for every input line, flushing each (Arkhipov & Kalinin, Algorithm 3).
 
@@ -278,6 +285,7 @@ def _spec_and_files(
     first_step: int | None,
     band: str,
     key_file: Path | None,
+    released_events: str,
     **_: Any,
 ) -> tuple[CountSpec, CountFiles]:
     """The flags as one ``CountSpec`` (checked as it is made) and the ``CountFiles`` of the run.
@@ -286,8 +294,9 @@ def _spec_and_files(
     if not rows:
         if engine != "local":
             raise InvalidInputError("--engine is for keyed counts: give --key-column too")
-        if user_column is not None:
-            raise InvalidInputError("--user-column is for event rows: give --step-column too")
+        if user_column is not None or released_events != "refuse":
+            flag = "--user-column" if user_column is not None else "--released-events"
+            raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
     elif first_step is not None:
         raise InvalidInputError(
             "--first-step is for one count per line; event rows release the public schedule --through "
@@ -329,6 +338,7 @@ def _spec_and_files(
         beta=beta,
         band=band,
         invalid=invalid,
+        released_events=released_events,
         monotone=monotone,
         calendar=Calendar.of(start=start, step_size=step_size),
         through=through,

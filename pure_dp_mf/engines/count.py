@@ -179,6 +179,7 @@ def _count_rows(spec: CountSpec, *, files: CountFiles, say: Callable[[str], None
         max_value=spec.max_value,
         policy=policy,
         calendar=spec.calendar,
+        released_events=spec.released_events,
     )
     check_events(files.input_file, reader)  # a file is checked whole: nothing is created or released before this
     counters = KeyedCounters.from_spec(spec.replace(keys=tuple(keys)))

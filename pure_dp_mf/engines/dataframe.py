@@ -21,16 +21,24 @@ that does not parse; a value outside [0, m]) follow ``invalid``, checked on the 
 pandas before any counter exists: "refuse" raises ``InvalidInputError`` naming the column, the
 value and its row, and nothing is released; "zero" drops them; "clamp" clamps a value to [0, m]
 (an event whose step or value does not parse is dropped).
+
+A frame is a table, not a stream: its rows are ordered by step (stably) before the release, so
+the release is that of ``count`` on the same rows sorted by step (``count`` reads a file as a
+stream and refuses a step that goes backwards). With ``state`` the call resumes a state as
+``count --state`` does and checks the events of released steps the same way
+(``engines.partitions``).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,6 +56,7 @@ from pure_dp_mf.engines.keyed import (
     public_schedule,
     run_keyed,
 )
+from pure_dp_mf.engines.partitions import StepInputs, check_released_events
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import MAX_DIGITS, check_size
 
@@ -80,6 +89,9 @@ def private_running_counts(
     invalid: str = "refuse",
     start: Any = None,
     step_size: Any = None,
+    state: str | os.PathLike | None = None,
+    budget: str | None = None,
+    released_events: str = "refuse",
 ) -> Any:
     """The releases of every key at every step 1 … ``through`` of the public schedule (default
     the horizon; without a horizon ``through`` is required and the counters are anytime), as a
@@ -96,7 +108,16 @@ def private_running_counts(
     units "user-step" and "user"). ``through`` may be a date with ``start`` (the last step whose
     period begins by then). ``generator``: the run's noise (default ``NoiseGenerator.secure()``;
     a seeded one is not private and warns). A missing column, a bad argument or (with
-    ``invalid="refuse"``) an invalid event is an ``InvalidInputError`` before anything is released."""
+    ``invalid="refuse"``) an invalid event is an ``InvalidInputError`` before anything is released.
+
+    ``state``: a state file, as ``count --state`` keeps for event rows: created when missing, else
+    resumed (the same keys and options; the generator is the state's, a given one must be it), and
+    the call releases only the steps past the released ones, ``released`` + 1 … ``through``, and
+    returns their rows (none when there is no new step). The events of released steps follow
+    ``released_events`` ("refuse" or "set-aside", ``engines.partitions``): a step given other
+    than as released, or a frame of released steps only while new steps are due, is refused
+    before anything is released. ``budget``: the named budget (``engines.budget``) charged ε with
+    the first released step, once per state (a resumed run is not charged again)."""
     frame = _as_pandas(events)
     keys = check_keys(keys, maximum=MAX_LOCAL_KEYS)
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
@@ -110,32 +131,32 @@ def private_running_counts(
     horizon = None if horizon is None else check_size(horizon, name="horizon")
     max_value = check_size(max_value, name="max_value")
     through = public_schedule(horizon, through, calendar=calendar)
+    released_events = check_released_events(released_events, flag="released_events")
     table = _scheduled(frame, keys=keys, columns=columns, calendar=calendar, through=through)
     table = _apply_policy(table, frame=frame, columns=columns, invalid=invalid, max_value=max_value, dates=calendar is not None)
-    generator = generator if generator is not None else NoiseGenerator.secure()
-    if generator.seeded:
+    options: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
+    options |= {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key, "budget": budget}
+    if state is not None and Path(state).exists():  # as ``count --state`` (``cli.count_keyed._open_counters``)
+        counters = KeyedCounters.resume(state, keys=keys, rng=generator, **options)
+    else:
+        counters = KeyedCounters(keys=keys, rng=generator if generator is not None else NoiseGenerator.secure(), **options)
+        if state is not None:
+            counters.save_state(state)
+    seeded = counters.rng.seeded
+    if seeded:
         warnings.warn("seeded noise (NoiseGenerator.from_seed): not private, for tests and research only", stacklevel=2)
-    counters = KeyedCounters(
-        keys=keys,
-        epsilon=epsilon,
-        horizon=horizon,
-        base=base,
-        metric=metric,
-        max_value=max_value,
-        privacy_unit=privacy_unit,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-        rng=generator,
-    )
     try:
-        released = _release(counters, table, beta=beta, through=through)
+        first = counters.released
+        inputs = StepInputs(counters, through=through, policy=released_events, names=("state", "released_events"))
+        counters.step_inputs = inputs
+        released = _release(counters, inputs.events(_events(table)), first=first, beta=beta, through=through)
     finally:
         counters.close()
-    result = _output(keys, released, calendar=calendar)
+    result = _output(keys, released, first=first, calendar=calendar)
     result.attrs.update(  # what made the rows: a seeded run says so on its output
         {
-            "seeded": generator.seeded,
-            "private": not generator.seeded,
+            "seeded": seeded,
+            "private": not seeded,
             "epsilon": counters.epsilon,
             "privacy_unit": counters.privacy_unit,
             "interval_meaning": INTERVAL_WORDS,
@@ -349,26 +370,29 @@ def _events(table: _Table) -> Iterator[KeyedEvent]:
         yield KeyedEvent(key=str(table.keys[i]), step=int(table.steps[i]), value=int(table.values[i]), user=user)
 
 
-def _release(counters: KeyedCounters, table: _Table, *, beta: float, through: int) -> dict[str, np.ndarray]:
-    """``run_keyed`` over the events: counts, lower and upper of shape (through, keys), std (through,)."""
-    size = len(counters.keys)
-    released: dict[str, np.ndarray] = {name: np.zeros((through, size), dtype=np.int64) for name in ("count", "lower", "upper")}
-    released["std"] = np.zeros(through, dtype=np.float64)
-    for step, counts, std, lower, upper in run_keyed(counters, _events(table), beta=beta, through=through):
-        released["count"][step - 1] = counts
-        released["std"][step - 1] = std
-        released["lower"][step - 1] = lower
-        released["upper"][step - 1] = upper
+def _release(
+    counters: KeyedCounters, events: Iterator[KeyedEvent], *, first: int, beta: float, through: int
+) -> dict[str, np.ndarray]:
+    """``run_keyed`` over the events: counts, lower and upper of shape (steps, keys), std (steps,),
+    of the steps first + 1 … through (those a state has not released)."""
+    size, steps = len(counters.keys), max(through - first, 0)
+    released: dict[str, np.ndarray] = {name: np.zeros((steps, size), dtype=np.int64) for name in ("count", "lower", "upper")}
+    released["std"] = np.zeros(steps, dtype=np.float64)
+    for step, counts, std, lower, upper in run_keyed(counters, events, beta=beta, through=through):
+        released["count"][step - 1 - first] = counts
+        released["std"][step - 1 - first] = std
+        released["lower"][step - 1 - first] = lower
+        released["upper"][step - 1 - first] = upper
     return released
 
 
-def _output(keys: list[str], released: dict[str, np.ndarray], *, calendar: Calendar | None):
-    """The rows (key, step, [date,] count, std, lower, upper), step then key-list order."""
+def _output(keys: list[str], released: dict[str, np.ndarray], *, first: int, calendar: Calendar | None):
+    """The rows (key, step, [date,] count, std, lower, upper) of steps first + 1, …, step then key-list order."""
     import pandas as pd
 
-    through, size = released["count"].shape
-    steps = np.arange(1, through + 1, dtype=np.int64)
-    columns: dict[str, Any] = {"key": np.tile(np.asarray(keys, dtype=object), through), "step": np.repeat(steps, size)}
+    steps_released, size = released["count"].shape
+    steps = np.arange(first + 1, first + steps_released + 1, dtype=np.int64)
+    columns: dict[str, Any] = {"key": np.tile(np.asarray(keys, dtype=object), steps_released), "step": np.repeat(steps, size)}
     if calendar is not None:
         columns["date"] = np.repeat(np.asarray([calendar.period(int(step)) for step in steps], dtype=object), size)
     columns["count"] = released["count"].ravel()

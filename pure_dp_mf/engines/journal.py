@@ -25,6 +25,8 @@ state here. What it guarantees (proofs and the tests that attack each in docs/pr
 The released rows are kept in ``blocks`` (one row per commit: first and last step and the
 rows), all of them (``history=True``: single counters, so that ``releases`` reads back what was
 released and a re-run of a released step returns it) or the last commit's (keyed counters).
+A keyed run records, with each step, the digest of the step's input events in ``step_inputs``
+(``engines.partitions``: a resumed run's input is checked against it, the events never stored).
 States are created atomically (a temporary file, linked into place) with mode 0600: they hold
 the generator key.
 """
@@ -263,11 +265,21 @@ class Journal:
     def lineage(self) -> str:
         return str(self.header["lineage"])
 
-    def commit(self, *, released: int, progress: dict, first: int | None = None, rows: Any = None, also: Any = None) -> None:
+    def commit(
+        self,
+        *,
+        released: int,
+        progress: dict,
+        first: int | None = None,
+        rows: Any = None,
+        also: Any = None,
+        inputs: dict[int, str] | None = None,
+    ) -> None:
         """One atomic, durable commit: the released count, the progress record, the released rows
         of steps ``first`` … released − 1 (0-based; kept as ``history`` says) and the lineage's
         record in the registry; ``also(connection)``, when given, joins the same transaction (the
-        budget charge of a counter's first released step, ``budget.charge``)."""
+        budget charge of a counter's first released step, ``budget.charge``); ``inputs`` {0-based
+        step: digest of its input events} (``partitions.step_input_digest``) are recorded with it."""
         if self.read_only:
             raise StateFileError(f"{self.path}: opened to read its releases only; it releases nothing")
         record = json.dumps(progress)
@@ -278,6 +290,9 @@ class Journal:
             connection.execute(
                 "UPDATE progress SET released = ?, record = ?, digest = ? WHERE id = 0", (int(released), record, digest)
             )
+            if inputs:
+                connection.execute("CREATE TABLE IF NOT EXISTS main.step_inputs (step INTEGER PRIMARY KEY, digest TEXT NOT NULL)")
+                connection.executemany("INSERT OR REPLACE INTO main.step_inputs VALUES (?, ?)", sorted(inputs.items()))
             if rows is not None and first is not None and released > first:
                 if not self.header["history"]:
                     connection.execute("DELETE FROM blocks")
@@ -340,6 +355,19 @@ class Journal:
                     f"{self.path}: corrupted state (the released rows of steps {kept[0] + 1} … {kept[1]} are incomplete)"
                 )
         return out
+
+    def step_inputs(self, stop: int) -> dict[int, str]:
+        """{0-based step: digest of its input events} of the released steps before ``stop`` that
+        recorded one (``commit``'s ``inputs``; none in a state written before they were recorded)."""
+        try:
+            rows = (
+                self._live()
+                .execute("SELECT step, digest FROM step_inputs WHERE step < ? AND step < ?", (int(stop), self.released))
+                .fetchall()
+            )
+        except sqlite3.OperationalError:  # no such table: nothing recorded
+            return {}
+        return {int(step): str(digest) for step, digest in rows}
 
     def rows(self, first: int, stop: int) -> list:
         """The released rows of steps [first, stop) (0-based), as kept (a clear error for steps not kept)."""

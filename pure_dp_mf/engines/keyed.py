@@ -394,6 +394,7 @@ class KeyedCounters(_KeyedState):
         self._guard: Any = None  # the ledger's claim on this run's publication (``ledger.guard_for``)
         self.corrects: str | None = None  # the publication this run corrects, if any
         self.pending_charge: Any = None
+        self.step_inputs: Any = None  # the digests of the steps' input events (``partitions.StepInputs``), committed with them
         if budget is not None:  # checked now, charged with the first released step (``budget.PendingCharge``)
             from pure_dp_mf.engines.budget import PendingCharge
 
@@ -517,8 +518,14 @@ class KeyedCounters(_KeyedState):
         sums = self.sums + increments
         counts = sums + self._step_noise(self.released)
         if self.journal is not None:  # the state first: a crash after it loses no step (``resume``)
+            inputs = None if self.step_inputs is None else {self.released: self.step_inputs.digest(self.released)}
             self.journal.commit(
-                released=self.released + 1, progress=self._progress(sums), first=self.released, rows=counts[None, :], also=also
+                released=self.released + 1,
+                progress=self._progress(sums),
+                first=self.released,
+                rows=counts[None, :],
+                also=also,
+                inputs=inputs,
             )
         self.pending_charge = None
         self.sums = sums

@@ -10,8 +10,10 @@ Events of unlisted keys and of steps outside the schedule are dropped before the
 at, so neither their values nor their order can stop a run or change what it says. What happens
 to an invalid event of a listed key is a policy fixed up front (``io.INVALID_POLICIES``): a file
 is refused whole ("refuse"), or the event is dropped ("zero"), its value clamped to [0, m]
-("clamp"), or the run stopped at it ("stop": not private). Diagnostics about the data (counts of
-dropped events) go to an operator log only when one is asked for.
+("clamp"), or the run stopped at it ("stop": not private). A resumed run's events of released
+steps follow the policy ``released_events`` (``partitions``: refused unless exactly as released,
+or set aside). Diagnostics about the data (what became of every row, ``row_fates``) go to an
+operator log only when one is asked for.
 
 Outputs: csv (RFC 4180, the column names first; the metadata in ``OUT.meta.json``), jsonl (a
 header record first) and parquet (the metadata in the schema's key-value metadata). With a state
@@ -46,6 +48,7 @@ from pure_dp_mf.engines.keyed import (
     normalise_key,
     run_keyed,
 )
+from pure_dp_mf.engines.partitions import StepInputs, check_released_events
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import parse_integer
 
@@ -87,10 +90,18 @@ def _pyarrow():
     return pyarrow
 
 
+ROW_FATES = ("unknown_key", "before_step_1", "after_through", "invalid_dropped", "empty_user_dropped")
+"""What the reader does with a data row it does not hand on (``EventReader.fates``): an unlisted
+key, a step before 1 or after --through (all unseen), and under --invalid zero or clamp a row
+dropped as invalid or for its empty user. Every other row is an event handed on."""
+
+
 class EventReader:
     """The events of a CSV (text) or Parquet input as ``KeyedEvent``s (module docstring).
-    ``dropped`` counts the events dropped unseen (unlisted keys, steps outside the schedule) and
-    by the policy: an operator diagnostic, never released."""
+    ``rows`` counts the data rows read and ``fates`` those not handed on, by ``ROW_FATES``;
+    ``clamped`` the events handed on with their value clamped (--invalid clamp): operator
+    diagnostics, never released. ``released_events`` is the policy for events of steps a resumed
+    state has released (``partitions.RELEASED_EVENTS``)."""
 
     def __init__(
         self,
@@ -104,9 +115,11 @@ class EventReader:
         max_value: int,
         policy: str,
         calendar: Calendar | None = None,
+        released_events: str = "refuse",
     ) -> None:
         if policy not in INVALID_POLICIES:
             raise InvalidInputError(f"--invalid must be one of {', '.join(INVALID_POLICIES)}, got {policy!r}")
+        self.released_events = check_released_events(released_events)
         self.keys = set(keys)
         self.only_key = keys[0] if key_column is None and len(keys) == 1 else None  # one stream of event rows
         self.columns = {
@@ -116,8 +129,23 @@ class EventReader:
             "--user-column": user_column,
         }
         self.through, self.max_value, self.policy, self.calendar = through, max_value, policy, calendar
-        self.dropped = 0
-        self.invalid = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the row counts (a file read again after ``check_events``)."""
+        self.rows_read = 0
+        self.fates = dict.fromkeys(ROW_FATES, 0)
+        self.clamped = 0
+
+    @property
+    def dropped(self) -> int:
+        """Rows dropped unseen: unlisted keys and steps outside the schedule."""
+        return self.fates["unknown_key"] + self.fates["before_step_1"] + self.fates["after_through"]
+
+    @property
+    def invalid(self) -> int:
+        """Invalid rows dropped or clamped by the policy."""
+        return self.fates["invalid_dropped"] + self.fates["empty_user_dropped"] + self.clamped
 
     def rows(self, path: Path | None) -> Iterator[list[str]]:
         """The input's rows as strings, the header first (a Parquet file's columns as text)."""
@@ -150,6 +178,7 @@ class EventReader:
                 positions[flag] = header.index(name)
         last = 0
         for number, row in enumerate(rows, start=2):
+            self.rows_read += 1
             event = self._event(row, number, positions, last)
             if event is not None:
                 last = event.step
@@ -161,14 +190,14 @@ class EventReader:
             return self._invalid(f"line {number}: {len(row)} field(s), fewer than the header's")
         key = normalise_key(row[positions["--key-column"]]) if "--key-column" in positions else self.only_key
         if key not in self.keys:
-            self.dropped += 1
+            self.fates["unknown_key"] += 1
             return None
         try:
             step = self._step(row[positions["--step-column"]], number)
         except InvalidInputError as error:
             return self._invalid(str(error))
         if not 1 <= step <= self.through:
-            self.dropped += 1
+            self.fates["before_step_1" if step < 1 else "after_through"] += 1
             return None
         if step < last:
             return self._invalid(f"line {number}: step {step} goes backwards (after step {last}); sort the input by step")
@@ -182,13 +211,16 @@ class EventReader:
             return self._invalid(str(error))
         if not 0 <= value <= self.max_value:
             if self.policy == "clamp":
-                self.invalid += 1
+                self.clamped += 1
                 value = min(max(value, 0), self.max_value)
             else:
                 return self._invalid(f"line {number}: a value is outside [0, {self.max_value}] (--max-value)")
         user = row[positions["--user-column"]].strip() if "--user-column" in positions else None
         if user is not None and not user:  # no one's event: refused or dropped by the policy (``keyed.check_user``)
-            return self._invalid(str(empty_user_error(f"line {number}: --user-column {self.columns['--user-column']!r}")))
+            return self._invalid(
+                str(empty_user_error(f"line {number}: --user-column {self.columns['--user-column']!r}")),
+                fate="empty_user_dropped",
+            )
         return KeyedEvent(key=key, step=step, value=value, user=user)
 
     def _step(self, text: str, number: int) -> int:
@@ -203,11 +235,11 @@ class EventReader:
                 raise InvalidInputError(f"{error} (dates and timestamps need --start and --step-size)") from None
             raise
 
-    def _invalid(self, message: str) -> KeyedEvent | None:
-        """None (the event dropped, counted), or the error of policy "refuse" or "stop"."""
+    def _invalid(self, message: str, *, fate: str = "invalid_dropped") -> KeyedEvent | None:
+        """None (the event dropped, counted as ``fate``), or the error of policy "refuse" or "stop"."""
         if self.policy in ("refuse", "stop"):
             raise InvalidInputError(message)
-        self.invalid += 1
+        self.fates[fate] += 1
         return None
 
 
@@ -459,13 +491,16 @@ def run_keyed_file(
     beta: float,
 ) -> None:
     """Release every step of the schedule into ``sink`` (a file input checked first: ``check_events``),
-    with a progress bar over the public schedule on a terminal (``schedule_progress``)."""
+    with a progress bar over the public schedule on a terminal (``schedule_progress``). The events
+    of steps the state has released are checked first (``partitions.StepInputs``, under the
+    reader's ``released_events`` policy): a refusal comes before anything is released."""
+    inputs = counters.step_inputs = StepInputs(counters, through=through, policy=reader.released_events)
     progress = schedule_progress(through=through, released=counters.released, rows_on_terminal=sink.output is None)
     closing: OSError | None = None
     try:
         if progress is not None:
             progress.start()
-        for released in run_keyed(counters, reader.events(source), beta=beta, through=through):
+        for released in run_keyed(counters, inputs.events(reader.events(source)), beta=beta, through=through):
             sink.write(*released)
             if progress is not None:
                 progress.update(progress.task_ids[0], completed=released[0])
@@ -488,18 +523,41 @@ def check_events(source: Path | None, reader: EventReader) -> None:
     if source is not None and reader.policy == "refuse":
         for _ in reader.events(source):
             pass
-        reader.dropped = reader.invalid = 0
+        reader.reset()
+
+
+def row_fates(*, counters: KeyedCounters, reader: EventReader) -> dict[str, int]:
+    """What became of every data row this run read, each row in exactly one category (so they
+    add up to ``reader.rows_read``): the reader's ``ROW_FATES``; of the events handed on, those
+    of released steps given exactly as released ("released_step_same_input") or set aside
+    ("released_step_set_aside", ``partitions``); of the events of the steps this run releases,
+    those the contribution bounds dropped or clipped ("cut_by_contribution_bounds") and the rest,
+    counted in full ("counted"). Not private: for the operator log only."""
+    inputs: StepInputs = counters.step_inputs
+    cut = counters.dropped["over_bounds"] - inputs.cut_before
+    fates = {"counted": inputs.tally.passed - cut, **reader.fates}
+    fates["released_step_same_input"] = inputs.tally.rerun
+    fates["released_step_set_aside"] = inputs.tally.set_aside
+    fates["cut_by_contribution_bounds"] = cut
+    return fates
 
 
 def operator_log(path: Path | None, *, counters: KeyedCounters, reader: EventReader) -> None:
-    """Append the run's data diagnostics (not private: never publish) to ``path``, when given."""
+    """Append the run's data diagnostics (not private: never publish) to ``path``, when given:
+    the rows read, what became of each (``row_fates``, adding up to the rows), the events counted
+    with a clamped value, and the sums the record held before ``row_fates`` (this run's too)."""
     if path is None:
         return
+    fates = row_fates(counters=counters, reader=reader)
     record = {
         "not_private": "diagnostics about the data: for the operator only, never publish",
+        "rows": reader.rows_read,
+        "rows_by_fate": fates,
+        "values_clamped": reader.clamped,
+        "released_events": reader.released_events,
         "dropped_unlisted_or_outside_schedule": reader.dropped,
         "invalid_events": reader.invalid,
-        "over_contribution_bounds": counters.dropped["over_bounds"],
+        "over_contribution_bounds": fates["cut_by_contribution_bounds"],
         "released_steps": counters.released,
     }
     try:

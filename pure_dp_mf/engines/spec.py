@@ -13,7 +13,7 @@ before any data is read:
 * the **dimension** d (counts per step; one value per line only);
 * the **intervals**: β and the band ("step": each interval at 1 − β; "simultaneous": all of the
   schedule's intervals together at 1 − β, each at β divided by the number of intervals);
-* the **invalid policy**, the **calendar** (dates to steps) and the **public schedule**
+* the **invalid policy** and the policy on events of **released steps** (``released_events``), the **calendar** (dates to steps) and the **public schedule**
   (``through``: the last step released; event rows only), and the public **keys** (None: one
   stream).
 
@@ -53,6 +53,8 @@ USER_UNITS = ("user-step", "user")
 BANDS = ("step", "simultaneous")
 INVALID_POLICIES = ("refuse", "zero", "clamp", "stop")
 METRICS = ("maxse", "meanse")
+RELEASED_EVENTS = ("refuse", "set-aside")
+"""What a resumed run of event rows does with events of steps already released (``engines.partitions``)."""
 MAX_DIMENSION = 1 << 20
 """The most counters (--dimension) one run keeps: each holds its own noise pages and sums."""
 
@@ -247,6 +249,7 @@ class CountSpec:
     beta: float = 0.05
     band: str = "step"
     invalid: str = "refuse"
+    released_events: str = "refuse"
     monotone: bool = False
     calendar: Calendar | None = None
     through: Any = None
@@ -270,6 +273,7 @@ class CountSpec:
         set_("beta", float(self.beta))
         _one_of(self.band, BANDS, flag="--band")
         _one_of(self.invalid, INVALID_POLICIES, flag="--invalid")
+        check_released_events(self.released_events)
         _one_of(self.metric, METRICS, flag="--metric")
         if self.base is not None and self.certificate is not None:
             raise InvalidInputError("give a base or a certificate, not both (a certificate names its base)")
@@ -418,6 +422,11 @@ def resolve(spec: CountSpec, *, keyed: bool | None = None) -> Resolution:
         epsilon=spec.epsilon,
     )
     return Resolution(spec=spec, mechanism=resolved.mechanism, row=resolved.row)
+
+
+def check_released_events(policy: object, *, flag: str = "--released-events") -> str:
+    """One of ``RELEASED_EVENTS``, else one error naming the flag."""
+    return _one_of(policy, RELEASED_EVENTS, flag=flag)
 
 
 def _one_of(value: object, choices: tuple[str, ...], *, flag: str) -> str:
