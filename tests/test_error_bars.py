@@ -233,7 +233,7 @@ def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
 
     values = [3, 0, 2, 1, 0, 3, 3, 1]
     with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6)) as whole:
-        expected = whole.extend(values)
+        expected = whole.update_many(values)
     assert [r.step for r in expected] == list(range(1, 9)) and whole.released == 8
     assert whole.mechanism.startswith("lifted base k128_")  # compare's best for n = 100
     truth = np.cumsum(values)
@@ -245,7 +245,7 @@ def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
     with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as first:
         part = [first.update(v) for v in values[:5]]
     with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as again:
-        rest = again.extend(values[5:])
+        rest = again.update_many(values[5:])
     assert part + rest == expected
     with pytest.raises(Exception, match="beta"):
         Counter(epsilon=1.0, horizon=10, beta=1.5)

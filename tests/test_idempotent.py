@@ -63,7 +63,7 @@ def counter(seed: int = 7, **options) -> Counter:
 
 def straight(values, seed: int = 7) -> list[Release]:
     """The releases of a counter without a state, every value once: what a re-submission must give back."""
-    return counter(seed).extend(values)
+    return counter(seed).update_many(values)
 
 
 def journal_of(path: Path) -> tuple:
@@ -88,8 +88,8 @@ def test_a_released_step_given_again_returns_its_stored_release_and_changes_noth
         for _ in range(2):
             assert again.update(VALUES[step - 1], step=step) == first[step - 1]
         assert again.released == 6
-    assert again.extend(VALUES[:6], first_step=1) == first
-    assert again.extend(VALUES[2:5], first_step=3) == first[2:5]
+    assert again.update_many(VALUES[:6], first_step=1) == first
+    assert again.update_many(VALUES[2:5], first_step=3) == first[2:5]
     assert again.release(VALUES[3:6], first_step=4).counts.tolist() == [r.count for r in first[3:]]
     assert again.released == 6
     assert again.update(VALUES[6]) == twin.update(VALUES[6]) == straight(VALUES[:7])[6]  # the next step as if never repeated
@@ -104,35 +104,35 @@ def test_a_released_step_given_again_returns_its_stored_release_and_changes_noth
 
 def test_a_released_step_with_another_input_is_refused_naming_the_step(tmp_path):
     again = counter(state=tmp_path / "s.db")
-    first = again.extend(VALUES[:5])
+    first = again.update_many(VALUES[:5])
     with pytest.raises(InvalidInputError, match=r"step 3 was released from another input") as refused:
         again.update(1, step=3)
     assert "never drawn again" in str(refused.value) and "make a new publication" in str(refused.value)
     assert not any(ch.isdigit() for ch in str(refused.value).replace("step 3", ""))  # neither input is shown
     with pytest.raises(InvalidInputError, match=r"step 4 was released from another input"):
-        again.extend([VALUES[2], 0, VALUES[4], 1, 1], first_step=3)  # refused whole: nothing new released
+        again.update_many([VALUES[2], 0, VALUES[4], 1, 1], first_step=3)  # refused whole: nothing new released
     assert again.released == 5
     with pytest.raises(InvalidInputError, match="step 7 is ahead of the next step 6"):
         again.update(1, step=7)
     with pytest.raises(InvalidInputError, match="step 9 is ahead of the next step 6"):
-        again.extend([1, 1], first_step=9)
+        again.update_many([1, 1], first_step=9)
     for bad in (0, -1):
         with pytest.raises(InvalidInputError):
             again.update(1, step=bad)
     with pytest.raises(InvalidInputError):
         again.update(M + 1, step=2)  # not a valid input at all
     assert again.released == 5
-    assert again.extend(VALUES[5:8]) == straight(VALUES[:8])[5:]  # nothing above drew noise
+    assert again.update_many(VALUES[5:8]) == straight(VALUES[:8])[5:]  # nothing above drew noise
     assert again.releases().counts.tolist() == [r.count for r in first] + [r.count for r in straight(VALUES[:8])[5:]]
 
 
 def test_a_counter_without_a_state_refuses_a_released_step():
     plain = counter()
-    plain.extend(VALUES[:4])
+    plain.update_many(VALUES[:4])
     with pytest.raises(InvalidInputError, match="step 2 was released; a counter without a state keeps no release log"):
         plain.update(VALUES[1], step=2)
     with pytest.raises(InvalidInputError, match="keeps no release log"):
-        plain.extend(VALUES[2:6], first_step=3)
+        plain.update_many(VALUES[2:6], first_step=3)
     assert plain.released == 4
     assert plain.update(VALUES[4], step=5) == straight(VALUES[:5])[4]  # the next step is fine
 
@@ -140,11 +140,11 @@ def test_a_counter_without_a_state_refuses_a_released_step():
 def test_a_batch_straddling_released_and_new_steps_is_the_straight_run(tmp_path):
     whole = straight(VALUES)
     again = counter(state=tmp_path / "s.db")
-    assert again.extend(VALUES[:6]) == whole[:6]
-    both = again.extend(VALUES[3:12], first_step=4)
+    assert again.update_many(VALUES[:6]) == whole[:6]
+    both = again.update_many(VALUES[3:12], first_step=4)
     assert [r.step for r in both] == list(range(4, 13)) and both == whole[3:12]
     assert again.released == 12
-    both = again.extend(VALUES[:], first_step=1)  # everything again, then the rest
+    both = again.update_many(VALUES[:], first_step=1)  # everything again, then the rest
     assert both == whole and again.released == len(VALUES)
     columns = again.releases(first_step=5, last_step=9)
     assert columns.steps.tolist() == [5, 6, 7, 8, 9] and columns.counts.tolist() == [r.count for r in whole[4:9]]
@@ -157,9 +157,9 @@ def test_a_batch_straddling_released_and_new_steps_is_the_straight_run(tmp_path)
 def test_monotone_and_multi_dimensional_counters_return_stored_releases(tmp_path):
     values = [2, 0, 1, 3, 3, 1, 0, 0, 2, 1]
     fitted = counter(state=tmp_path / "m.db", monotone=True)
-    first = fitted.extend(values)
+    first = fitted.update_many(values)
     assert [fitted.update(v, step=t) for t, v in enumerate(values, start=1)] == first
-    assert first == counter(monotone=True).extend(values)  # the stored fit is the straight run's
+    assert first == counter(monotone=True).update_many(values)  # the stored fit is the straight run's
     assert all(a.count <= b.count for a, b in zip(first, first[1:]))
     wide = counter(state=tmp_path / "d.db", dimension=2)
     rows = [[1, 0], [0, 2], [0, 0], [3, 0]]
@@ -176,7 +176,7 @@ def test_an_empty_range_of_releases_is_empty_not_a_crash(tmp_path):
     fresh = counter(state=tmp_path / "s.db")
     try:
         assert fresh.releases().steps.tolist() == []  # nothing released yet: a job that crashed before its first step
-        fresh.extend([1, 1, 1])
+        fresh.update_many([1, 1, 1])
         assert fresh.releases(first_step=4).steps.tolist() == []
         assert fresh.release([], first_step=2).steps.tolist() == []
     finally:
@@ -299,7 +299,7 @@ def test_resuming_says_so_and_refuses_another_choice(tmp_path, caplog):
     state = tmp_path / "s.db"
     first = counter(state=state)
     assert first.resumed is False
-    first.extend(VALUES[:4])
+    first.update_many(VALUES[:4])
     first.close()
     caplog.set_level(logging.INFO, logger="pure_dp_mf")
     again = Counter(epsilon=1.0, horizon=HORIZON, max_value=M, state=state)
@@ -351,8 +351,8 @@ def test_counters_charge_their_budget_once_and_the_one_past_it_releases_nothing(
     one = Counter(epsilon=0.5, horizon=16, state=tmp_path / "one.db", rng=NoiseGenerator.from_seed(1), budget="b")
     two = Counter(epsilon=0.5, horizon=16, rng=NoiseGenerator.from_seed(2), budget="b")  # no state: charged too
     assert budget.spent == 0  # checked when made, charged with the first released step
-    released = one.extend([1, 0, 1])
-    two.extend([1])
+    released = one.update_many([1, 0, 1])
+    two.update_many([1])
     assert budget.spent == 1 and budget.remaining == 0 and len(budget.spends()) == 2
     assert {spend.epsilon for spend in budget.spends()} == {Fraction(1, 2)}
     assert all("single counter" in spend.what for spend in budget.spends())

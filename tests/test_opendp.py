@@ -47,7 +47,7 @@ def test_the_measurement_releases_what_the_counter_releases():
         longer = make_private_running_counts(epsilon=0.5, horizon=16, max_value=2, seed=11, mechanism="binary")
         prefix = longer(values[:4])
         reference = Counter(epsilon=0.5, horizon=16, max_value=2, mechanism="binary", rng=NoiseGenerator.from_seed(11))
-        assert prefix == [release.count for release in reference.extend(values[:4])]
+        assert prefix == [release.count for release in reference.update_many(values[:4])]
         with pytest.raises(Exception, match="horizon"):
             longer(values * 2)
     assert released == expected and all(type(count) is int for count in released)

@@ -73,8 +73,8 @@ def test_counter_monotone_is_the_fit_of_the_same_releases():
 
 def test_library_counter_keeps_the_interval_of_the_unprocessed_release():
     x = [1, 0, 1, 1, 0, 1, 1, 1, 0, 0] * 4
-    plain = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4)).extend(x)
-    shown = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4), monotone=True).extend(x)
+    plain = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4)).update_many(x)
+    shown = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4), monotone=True).update_many(x)
     assert [r.count for r in shown] == reference([r.count for r in plain], max_value=1)
     # the unprocessed release's interval cut to [0, t] (a plain interval only passes the cut to hold
     # its own count), widened where needed to hold the processed count

@@ -294,9 +294,10 @@ def _spec_and_files(
     if not rows:
         if engine != "local":
             raise InvalidInputError("--engine is for keyed counts: give --key-column too")
-        if user_column is not None or released_events != "refuse":
-            flag = "--user-column" if user_column is not None else "--released-events"
-            raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
+        given = {"--user-column": user_column, "--step-size": step_size, "--released-events": released_events != "refuse"}
+        for flag, value in given.items():
+            if value not in (None, False):
+                raise InvalidInputError(f"{flag} is for event rows: give --step-column too")
     elif first_step is not None:
         raise InvalidInputError(
             "--first-step is for one count per line; event rows release the public schedule --through "
