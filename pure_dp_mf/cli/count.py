@@ -275,14 +275,14 @@ def _count_keyed(
     from pure_dp_mf.cli.count_keyed import count_keyed
 
     flag = "--key-column" if keyed["key_column"] is not None else "--step-column"
-    if extend or first_step is not None:
+    if first_step is not None:
         raise InvalidInputError(
-            f"--extend and --first-step are for one count per line; {flag} releases the public schedule --through "
+            f"--first-step is for one count per line; {flag} releases the public schedule --through "
             "(a run again with its --state skips the released steps)"
         )
     if certificate is not None or dimension != 1 or monotone or mechanism not in ("auto", "lifted"):
         raise InvalidInputError(f"{flag} runs lifted bases: no --certificate, --dimension, --monotone or tree --mechanism")
-    count_keyed(**keyed, operator_log_file=operator_log, simultaneous=band == "simultaneous")
+    count_keyed(**keyed, extend=extend, operator_log_file=operator_log, simultaneous=band == "simultaneous")
 
 
 def _count_stream(

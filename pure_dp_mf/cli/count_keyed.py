@@ -50,6 +50,7 @@ def count_keyed(
     operator_log_file: Path | None = None,
     simultaneous: bool = False,
     key_file: Path | None = None,
+    extend: bool = False,
 ) -> None:
     """The event-row run of ``count`` (see the module docstring); every option is checked first.
     Without --key-column the rows are one stream (one key, not shown); the unit defaults to event."""
@@ -59,7 +60,13 @@ def count_keyed(
     keys = [SINGLE_KEY] if single else _read_public_keys(keys_file)
     calendar = Calendar.of(start=start, step_size=step_size)
     output_format = "csv" if output_format == "plain" else output_format
-    through_step = public_schedule(horizon, through, calendar=calendar)
+    if extend and (engine == "spark" or through is None):  # past the horizon: --through is the public schedule
+        raise InvalidInputError(
+            "--extend with --engine spark is not supported: run it on the local engine"
+            if engine == "spark"
+            else "--extend needs --through N: the public schedule of steps to release, past the horizon"
+        )
+    through_step = public_schedule(None if extend else horizon, through, calendar=calendar)
     mechanism: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
     bounds: dict[str, Any] = {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key}
     if seed is not None and key_file is not None:
@@ -103,7 +110,9 @@ def count_keyed(
     policy = invalid if invalid != "refuse" or input_file is not None else "zero"
     reader = EventReader(keys=keys, **columns, through=through_step, max_value=max_value, policy=policy, calendar=calendar)
     check_events(input_file, reader)  # a file is checked whole: nothing is created or released before this
-    counters, resumed = _open_counters(state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds, budget=budget)
+    counters, resumed = _open_counters(
+        state=state, keys=keys, rng=rng, mechanism=mechanism, bounds=bounds, budget=budget, extend=extend
+    )
     summary = {**counters.summary(), "beta": band_beta, "through": through_step, "invalid": policy, **band}
     if calendar is not None:
         summary["calendar"] = calendar.record()
@@ -198,14 +207,18 @@ def _open_counters(
     mechanism: dict[str, Any],
     bounds: dict[str, Any],
     budget: str | None,
+    extend: bool = False,
 ) -> tuple[KeyedCounters, bool]:
-    """The keyed counters resumed from ``state`` when it exists, else new (saved to ``state`` when given); and whether resumed."""
+    """The keyed counters resumed from ``state`` when it exists, else new (saved to ``state`` when given); and whether resumed.
+    ``extend``: they go on past their horizon (``KeyedCounters.extend_horizon``; once: a state extended stays so)."""
     resumed = state is not None and state.exists()
     if state is not None and resumed:
         counters = KeyedCounters.resume(state, keys=keys, rng=rng, budget=budget, **mechanism, **bounds)
         error_console.print(f"resuming after step {counters.released} ({state})", markup=False)
     else:
         counters = KeyedCounters(keys=keys, rng=rng, budget=budget, **mechanism, **bounds)
-        if state is not None:
-            counters.save_state(state)
+    if extend and counters.extended_from is None:
+        counters.extend_horizon(metric=mechanism["metric"])
+    if state is not None and not resumed:
+        counters.save_state(state)
     return counters, resumed
