@@ -516,6 +516,8 @@ class KeyedCounters(_KeyedState):
             m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
         )
         record["interval_meaning"] = INTERVAL_WORDS
+        if getattr(self, "extended_from", None) is not None:
+            record["extended_past_horizon"] = self.extended_from["horizon"]  # type: ignore[index]
         if self.privacy_unit in ("user", "user-step"):
             record["max_keys"] = self.max_keys
         if self.privacy_unit == "user":
@@ -612,7 +614,7 @@ class KeyedCounters(_KeyedState):
                 f"--extend: the steps 1 … {self.horizon} were noised for Δ = {self.sensitivity}, not the Δ_step·Δ = "
                 f"{step_sensitivity * self.mechanism.sensitivity} of an anytime segment: they cannot go on as one"
             )
-        guard = ledger.guard_for(self, self.publication_spec)  # the publication as it was, claimed before it changes
+        guard = self._guard  # claimed after the change (a publication extended by an earlier run is stored so)
         horizon, sensitivity = self.horizon, self.sensitivity
         metric = metric or self.metric or "maxse"
         schedule = extended_schedule(prefix=self.mechanism.record, horizon=horizon, metric=metric)
@@ -629,6 +631,8 @@ class KeyedCounters(_KeyedState):
         self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
         if guard is not None:
             guard.extend(self.publication_spec())
+        elif ledger.needs_ledger(self.rng):
+            self._guard = ledger.Guard(rng=self.rng, spec=self.publication_spec(), corrects=self.corrects, extending=True)
         if self.journal is not None:
             changed = ("what", "mechanism", "horizon", "sensitivity", "summary", "extended_from")
             self.journal.update_header({name: value for name, value in self._header().items() if name in changed})
@@ -751,7 +755,12 @@ class KeyedCounters(_KeyedState):
                 raise StateFileError(f"{path}: the state was made with another generator (seed)")
             options.pop("base", None)
             extended = header.get("extended_from")
-            if extended is not None and options.get("horizon") == extended["horizon"]:
+            if extended is not None and options.get("horizon") not in (None, extended["horizon"]):
+                raise StateFileError(
+                    f"{path}: the state was made with horizon {extended['horizon']} and extended past it, "
+                    f"not horizon {options['horizon']}"
+                )
+            if extended is not None:
                 options["horizon"] = None  # made with that horizon, then extended past it (``extend_horizon``)
             mechanism = from_record(header["mechanism"], horizon=header["horizon"])
             counters = cls(keys=keys, rng=generator, _lineage=header["lineage"], mechanism=mechanism, **options)
