@@ -140,7 +140,9 @@ def test_an_extended_state_resumes_with_its_horizon_or_none(tmp_path):
 
 def _events(tmp_path, days: int = 30) -> None:
     rng = np.random.default_rng(7)
-    rows = [(f"u{rng.integers(1, 9)}", KEYS[rng.integers(0, 3)], day) for day in range(1, days + 1) for _ in range(rng.integers(0, 4))]
+    rows = [
+        (f"u{rng.integers(1, 9)}", KEYS[rng.integers(0, 3)], day) for day in range(1, days + 1) for _ in range(rng.integers(0, 4))
+    ]
     (tmp_path / "keys.txt").write_text("".join(f"{key}\n" for key in KEYS))
     (tmp_path / "events.csv").write_text("uid,country,day\n" + "".join(f"{u},{k},{d}\n" for u, k, d in rows))
 

@@ -92,9 +92,9 @@ def _keyed_releases(
     keys = read_keys(keys_file) if keys_file is not None else None
     counters = KeyedCounters.open(state, keys=keys, read_only=True)
     try:
+        done = counters.releases(first_step=first_step, last_step=last_step, beta=beta)  # refusals first
         if counters.rng.seeded:
             error_console.print("warning: seeded noise (--seed): not private, for tests and research only", markup=False)
-        done = counters.releases(first_step=first_step, last_step=last_step, beta=beta)
         header = json.loads(json.dumps({**counters.summary(), "read_back_from": str(state)}, default=str))
         for text in releases_text(done, output_format, header=header):
             sys.stdout.write(text)
