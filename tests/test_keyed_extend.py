@@ -41,11 +41,13 @@ def _release(counters: KeyedCounters, inputs: np.ndarray) -> np.ndarray:
         {"privacy_unit": "user-step", "max_keys": 2},
         {"privacy_unit": "user", "max_keys": 2, "max_per_key": 1},
         {"privacy_unit": "event", "max_value": 3},
+        {"privacy_unit": "step", "keys": ["count"]},
     ],
-    ids=["event", "user-step", "user-C1", "event-m3"],
+    ids=["event", "user-step", "user-C1", "event-m3", "step"],
 )
 def test_the_first_n_releases_are_not_redrawn_and_the_counts_go_on(options):
-    inputs = _inputs(1, 3 * N)
+    keys = options.get("keys", KEYS)
+    inputs = _inputs(1, 3 * N, keys=len(keys))
     plain = _counters(**options)
     known = _release(plain, inputs[:N])
     with pytest.raises(InvalidInputError, match="all 8 steps"):
@@ -56,9 +58,9 @@ def test_the_first_n_releases_are_not_redrawn_and_the_counts_go_on(options):
         counters.extend_horizon()
         assert counters.horizon is None and counters.extended_from["horizon"] == N
         after = _release(counters, inputs[extend_at:])
-        counts = np.concatenate([before.reshape(-1, len(KEYS)), after])
+        counts = np.concatenate([before.reshape(-1, len(keys)), after])
         assert np.array_equal(counts[:N], known)  # steps 1 … n: exactly the known-horizon release
-        assert counts.shape == (3 * N, len(KEYS))
+        assert counts.shape == (3 * N, len(keys))
         if extend_at == 0:
             first = counts
         else:

@@ -39,7 +39,13 @@ The privacy model (proofs in docs/privacy.md, "Keyed streams"):
 Vectorised across keys: the noise of all keys is computed ahead for a chunk of steps (one
 ``ExactRelease`` over every key's source: one matrix product per base block for all keys), and
 each step is one numpy pass over all keys. With a state (``save_state``) every step is committed
-to the journal (``journal.py``) before it is returned, with the registry.
+to the journal (``journal.py``) before it is returned, with the registry; the state keeps every
+step's counts, the key list and how the steps were printed, so ``open(…).releases()`` reads them
+back (``KeyedReleases``; ``pure-dp-mf releases``).
+
+**Past the horizon** (``extend_horizon``): every key's counter so far becomes segment 0 of the
+public extended anytime schedule, its noise not redrawn, later steps run the anytime segments
+(docs/privacy.md, "Extending keyed counts": ε-DP for the same unit; "user" with C > 1 refused).
 """
 
 from __future__ import annotations
