@@ -66,6 +66,24 @@ def test_releases_of_a_keyed_state_are_what_the_runs_wrote(tmp_path, extra):
     assert code == 0 and out.splitlines() == [lines[0], *lines[1 + 3 * 3 : 1 + 6 * 3]], err
 
 
+def test_a_long_keyed_state_is_printed_in_parts(tmp_path, monkeypatch):
+    from pure_dp_mf.cli import releases
+
+    _events(tmp_path)
+    state = tmp_path / "s.db"
+    for output_format in ("csv", "jsonl"):
+        state.unlink(missing_ok=True)
+        code, written, err = _count(tmp_path, "--horizon", "12", "--state", str(state), "--format", output_format)
+        assert code == 0, err
+        code, whole, err = run_main("releases", str(state), "--format", output_format)
+        assert code == 0, err
+        monkeypatch.setattr(releases, "KEYED_ROWS", 2 * len(KEYS))  # two steps a part
+        code, parts, err = run_main("releases", str(state), "--format", output_format, "--first-step", "2")
+        monkeypatch.undo()
+        assert code == 0 and parts.splitlines()[1:] == written.splitlines()[1 + len(KEYS) :], err
+        assert whole.splitlines()[1:] == written.splitlines()[1:]
+
+
 def test_releases_of_event_rows_with_dates_in_jsonl(tmp_path):
     _events(tmp_path, dates=True)
     state = tmp_path / "s.db"

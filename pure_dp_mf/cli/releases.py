@@ -33,6 +33,8 @@ _BETA = typer.Option(
     help="each interval covers the noise on the bounded count with probability ≥ 1 − β (default 0.05; keyed "
     "states: the β each step was printed with)",
 )
+KEYED_ROWS = 1 << 20
+"""The most (key, step) rows a keyed state's ``releases`` reads at once."""
 _KEYS = typer.Option(None, "--keys", help="keyed states made by an earlier version: the public keys, one per line")
 
 
@@ -92,11 +94,18 @@ def _keyed_releases(
     keys = read_keys(keys_file) if keys_file is not None else None
     counters = KeyedCounters.open(state, keys=keys, read_only=True)
     try:
-        done = counters.releases(first_step=first_step, last_step=last_step, beta=beta)  # refusals first
-        if counters.rng.seeded:
+        last = counters.check_kept(first_step=first_step, last_step=last_step)  # the whole range, before any row
+        steps = max(1, KEYED_ROWS // len(counters.keys))  # read and printed in parts: memory bounded in the steps
+        done = counters.releases(first_step=first_step, last_step=min(last, first_step + steps - 1), beta=beta)
+        if counters.rng.seeded:  # after the refusals
             error_console.print("warning: seeded noise (--seed): not private, for tests and research only", markup=False)
         header = json.loads(json.dumps({**counters.summary(), "read_back_from": str(state)}, default=str))
-        for text in releases_text(done, output_format, header=header):
-            sys.stdout.write(text)
+        for start in range(first_step, last + 1, steps):
+            if start > first_step:
+                done = counters.releases(first_step=start, last_step=min(last, start + steps - 1), beta=beta)
+            for text in releases_text(done, output_format, header=header, first=start == first_step):
+                sys.stdout.write(text)
+        if first_step > last:  # nothing in the range: the first line only
+            sys.stdout.write("".join(releases_text(done, output_format, header=header)))
     finally:
         counters.close()

@@ -800,6 +800,34 @@ class KeyedCounters(_KeyedState):
         A state made by an earlier version keeps the counts of its last released step only; the
         earlier steps' counts cannot be recovered from it (their running sums were not kept, only
         the last), and asking for them is refused (``StateFileError``)."""
+        last_step = self.check_kept(first_step=first_step, last_step=last_step)
+        assert self.journal is not None
+        steps = np.arange(first_step, last_step + 1, dtype=np.int64)
+        rows = self.journal.rows(first_step - 1, last_step)
+        if rows:
+            counts = np.stack([np.asarray(row) for row in rows], axis=1)
+        else:
+            counts = np.zeros((len(self.keys), 0), dtype=np.int64)
+        std = np.zeros(len(steps))
+        lower, upper = np.empty_like(counts), np.empty_like(counts)
+        for first, stop, step_beta in self._betas(first_step, last_step + 1, beta):
+            part = slice(first - first_step, stop - first_step)
+            std[part], lower[:, part], upper[:, part] = self.intervals(counts[:, part], start=first - 1, beta=step_beta)
+        output = _latest_output(self.journal.header)
+        return KeyedReleases(
+            keys=list(self.keys),
+            steps=steps,
+            counts=counts,
+            std=std,
+            lower=lower,
+            upper=upper,
+            show_keys=output["show_keys"],
+            calendar=None if output["calendar"] is None else _calendar_of(output["calendar"]),
+        )
+
+    def check_kept(self, *, first_step: int, last_step: int | None) -> int:
+        """The last step of ``releases(first_step=, last_step=)`` (default the last released),
+        refused unless the state keeps every step of the range (``releases``)."""
         if self.journal is None:
             raise StateFileError("releases are kept in the state: give the counters a state (save_state)")
         path, released = self.journal.path, self.released
@@ -819,28 +847,7 @@ class KeyedCounters(_KeyedState):
                 f"cannot be read back from it (the running sums of those steps were not kept); --first-step {kept_from + 1} "
                 "prints what it keeps"
             )
-        steps = np.arange(first_step, last_step + 1, dtype=np.int64)
-        rows = self.journal.rows(first_step - 1, last_step)
-        if rows:
-            counts = np.stack([np.asarray(row) for row in rows], axis=1)
-        else:
-            counts = np.zeros((len(self.keys), 0), dtype=np.int64)
-        std = np.zeros(len(steps))
-        lower, upper = np.empty_like(counts), np.empty_like(counts)
-        for first, stop, step_beta in self._betas(first_step, last_step + 1, beta):
-            part = slice(first - first_step, stop - first_step)
-            std[part], lower[:, part], upper[:, part] = self.intervals(counts[:, part], start=first - 1, beta=step_beta)
-        output = _latest_output(header)
-        return KeyedReleases(
-            keys=list(self.keys),
-            steps=steps,
-            counts=counts,
-            std=std,
-            lower=lower,
-            upper=upper,
-            show_keys=output["show_keys"],
-            calendar=None if output["calendar"] is None else _calendar_of(output["calendar"]),
-        )
+        return last_step
 
     def _betas(self, first: int, stop: int, beta: float | None) -> list[tuple[int, int, float]]:
         """(first step, stop, β) ranges covering the 1-based steps [first, stop): ``beta`` for

@@ -452,16 +452,19 @@ class KeyedSink:
             self._stream.close()
 
 
-def releases_text(releases: KeyedReleases, output_format: str, *, header: dict | None = None) -> Iterator[str]:
+def releases_text(
+    releases: KeyedReleases, output_format: str, *, header: dict | None = None, first: bool = True
+) -> Iterator[str]:
     """The text of released steps read back from a state (``KeyedCounters.releases``), in the
     columns the count run printed (``Layout``): csv (the column names first) or jsonl (a header
-    record first, ``header``), then one step's rows at a time."""
+    record first, ``header``), then one step's rows at a time; ``first``: with that first line
+    (the first part of an output printed in parts)."""
     if output_format not in ("csv", "jsonl"):
         raise InvalidInputError(f"--format for keyed releases must be csv or jsonl, got {output_format!r}")
     layout = Layout(keys=releases.keys, show_keys=releases.show_keys, calendar=releases.calendar)
-    if output_format == "csv":
+    if first and output_format == "csv":
         yield ",".join(layout.columns) + "\n"
-    else:
+    elif first:
         yield json.dumps({"header": header or {}}, ensure_ascii=False, sort_keys=True) + "\n"
     for column, step in enumerate(releases.steps.tolist()):
         counts, lower, upper = releases.counts[:, column], releases.lower[:, column], releases.upper[:, column]
