@@ -196,3 +196,26 @@ def test_the_command_refuses_what_extend_does_not_cover(tmp_path):
     code, out, err = _count(tmp_path, "--horizon", "10", "--privacy-unit", "user", "--user-column", "uid", "--max-keys", "2",
                             "--max-per-key", "1", "--extend", "--through", "20")  # fmt: skip
     assert code == 0 and len(out.splitlines()) == 1 + 20 * len(KEYS), err
+
+
+def test_a_key_file_publication_goes_on_past_its_horizon(ledger_url, tmp_path):
+    """``--key-file`` (no state; the ledger guards the publication): the job run again with
+    --extend reproduces steps 1 … n and goes on; a later run with a longer schedule reproduces
+    everything before it; corrected input at a released step past n is refused."""
+    _events(tmp_path)
+    run = ["count", str(tmp_path / "events.csv"), "--step-column", "day", "--key-column", "country"]
+    run += ["--keys", str(tmp_path / "keys.txt"), "--epsilon", "1", "--horizon", "10", "--key-file", str(tmp_path / "k.key")]
+    first = run_cli(*run)
+    assert first.returncode == 0, first.stderr
+    extended = run_cli(*run, "--extend", "--through", "15")
+    assert extended.returncode == 0, extended.stderr
+    assert extended.stdout.startswith(first.stdout) and len(extended.stdout.splitlines()) == 1 + 15 * len(KEYS)
+    longer = run_cli(*run, "--extend", "--through", "20")
+    assert longer.returncode == 0, longer.stderr
+    assert longer.stdout.startswith(extended.stdout) and len(longer.stdout.splitlines()) == 1 + 20 * len(KEYS)
+    lines = (tmp_path / "events.csv").read_text().splitlines()
+    later = next(number for number, line in enumerate(lines[1:], start=1) if int(line.split(",")[2]) > 12)
+    lines.insert(later, "u9,de,12")  # day 12 corrected: one more event
+    (tmp_path / "events.csv").write_text("\n".join(lines) + "\n")
+    corrected = run_cli(*run, "--extend", "--through", "20")
+    assert corrected.returncode == 2 and "step 12" in corrected.stderr and "other input" in corrected.stderr, corrected.stderr
