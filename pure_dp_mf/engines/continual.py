@@ -257,7 +257,8 @@ class ContinualCounter(_CounterState):
         try:
             header = journal.header
             if header.get("engine") != "continual":
-                raise StateFileError(f"{path}: the state is not a single counter's (it is {header.get('engine')!r})")
+                hint = "; open it with KeyedCounters.open" if header.get("engine") == "keyed" else ""
+                raise StateFileError(f"{path}: the state is not a single counter's (it is {header.get('engine')!r}){hint}")
             _check_expected(path, header, expected)
             counter = cls(
                 epsilon=float.fromhex(header["epsilon"]),

@@ -24,9 +24,10 @@ state here. What it guarantees (proofs and the tests that attack each in docs/pr
 
 The released rows are kept in ``blocks`` (one row per commit: first and last step and the
 rows), all of them (``history=True``: single counters, so that ``releases`` reads back what was
-released and a re-run of a released step returns it) or the last commit's (keyed counters).
-A keyed run records, with each step, the digest of the step's input events in ``step_inputs``
-(``engines.partitions``: a resumed run's input is checked against it, the events never stored).
+released and a re-run of a released step returns it; keyed counters, every key's counts of each
+step) or the last commit's (keyed states made by earlier versions). A keyed run records, with
+each step, the digest of the step's input events in ``step_inputs`` (``engines.partitions``: a
+resumed run's input is checked against it, the events never stored).
 States are created atomically (a temporary file, linked into place) with mode 0600: they hold
 the generator key.
 """

@@ -39,7 +39,13 @@ The privacy model (proofs in docs/privacy.md, "Keyed streams"):
 Vectorised across keys: the noise of all keys is computed ahead for a chunk of steps (one
 ``ExactRelease`` over every key's source: one matrix product per base block for all keys), and
 each step is one numpy pass over all keys. With a state (``save_state``) every step is committed
-to the journal (``journal.py``) before it is returned, with the registry.
+to the journal (``journal.py``) before it is returned, with the registry; the state keeps every
+step's counts, the key list and how the steps were printed, so ``open(…).releases()`` reads them
+back (``KeyedReleases``; ``pure-dp-mf releases``).
+
+**Past the horizon** (``extend_horizon``): every key's counter so far becomes segment 0 of the
+public extended anytime schedule, its noise not redrawn, later steps run the anytime segments
+(docs/privacy.md, "Extending keyed counts": ε-DP for the same unit; "user" with C > 1 refused).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -196,6 +203,8 @@ class _KeyedState:
     journal: Journal | None
     closed: bool
     released: int
+    keys: list[str]
+    extended_from: dict | None
     sums: np.ndarray
     bounder: ContributionBounder | None
     dropped_unknown: int
@@ -229,6 +238,7 @@ class _KeyedState:
             "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
             "generator": self.rng.to_record(),
             "summary": self.summary(),
+            "extended_from": self.extended_from,
         }
 
     def _progress(self, sums: np.ndarray) -> dict:
@@ -246,11 +256,34 @@ class _KeyedState:
         if self.journal is not None:
             self.journal.move(path)
             return self.journal.path
+        # every step's released counts are kept (``releases`` reads them back), from the first step
+        # released on this state; the keys are public and name the rows
+        header = {**self._header(), "keys": list(self.keys), "kept_from": self.released}
         self.journal = Journal.create(
-            path, header=self._header(), progress=self._progress(self.sums), history=False, registry=registry_path
+            path, header=header, progress=self._progress(self.sums), history=True, registry=registry_path
         )
+        if self.released:  # steps released before the state: counted, their rows not kept
+            self.journal.commit(released=self.released, progress=self._progress(self.sums))
         ledger.claim_home(self.lineage)
         return self.journal.path
+
+    def record_output(self, *, show_keys: bool, calendar: Calendar | None, beta: float) -> None:
+        """Note in the state how the steps released from now on are printed (the columns of
+        ``keyed_io.Layout`` and the β of their intervals), so that ``KeyedReleases`` prints them
+        as the run did: one entry per change, from the next step on (public options only)."""
+        if self.journal is None or self.journal.read_only:
+            return
+        entry = {
+            "first": self.released + 1,
+            "show_keys": bool(show_keys),
+            "calendar": None if calendar is None else _calendar_record(calendar),
+            "beta": float(beta).hex(),
+        }
+        outputs = list(self.journal.header.get("outputs") or [])
+        if outputs and {k: v for k, v in outputs[-1].items() if k != "first"} == {k: v for k, v in entry.items() if k != "first"}:
+            return
+        outputs = [old for old in outputs if old["first"] < entry["first"]] + [entry]
+        self.journal.update_header({"outputs": outputs})
 
     def close(self) -> None:
         if self.journal is not None:
@@ -331,13 +364,16 @@ class KeyedCounters(_KeyedState):
         there."""
         spec = spec if spec.keys is not None else spec.replace(keys=(SINGLE_KEY,))
         state = spec.publication.state
-        if state is not None and mechanism is None and _lineage is None and Path(state).exists():
+        own = mechanism is None and _lineage is None  # not a state's or an executor's rebuild
+        if state is not None and own and Path(state).exists():
             counters = cls.resume_spec(state, spec=spec)
             counters.resumed = True
-            return counters
-        counters = cls.__new__(cls)
-        counters._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
-        if state is not None and mechanism is None and _lineage is None:
+        else:
+            counters = cls.__new__(cls)
+            counters._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
+        if own and spec.extend and counters.extended_from is None:  # once: a state extended stays so
+            counters.extend_horizon(metric=spec.metric)
+        if state is not None and own and not counters.resumed:
             counters.save_state(state)
         return counters
 
@@ -395,6 +431,7 @@ class KeyedCounters(_KeyedState):
         self.corrects: str | None = None  # the publication this run corrects, if any
         self.pending_charge: Any = None
         self.step_inputs: Any = None  # the digests of the steps' input events (``partitions.StepInputs``), committed with them
+        self.extended_from: dict | None = None  # the known horizon n and its Δ, once ``extend_horizon`` went past it
         if budget is not None:  # checked now, charged with the first released step (``budget.PendingCharge``)
             from pure_dp_mf.engines.budget import PendingCharge
 
@@ -481,6 +518,8 @@ class KeyedCounters(_KeyedState):
             m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
         )
         record["interval_meaning"] = INTERVAL_WORDS
+        if getattr(self, "extended_from", None) is not None:
+            record["extended_past_horizon"] = self.extended_from["horizon"]  # type: ignore[index]
         if self.privacy_unit in ("user", "user-step"):
             record["max_keys"] = self.max_keys
         if self.privacy_unit == "user":
@@ -551,6 +590,68 @@ class KeyedCounters(_KeyedState):
         counts += np.asarray(totals, dtype=np.int64)[:, None] + np.cumsum(increments, axis=1)
         return (counts, *self.intervals(counts, start=start, beta=beta))
 
+    def extend_horizon(self, *, metric: str | None = None) -> None:
+        """Go on past the horizon n as anytime counters (``anytime.extended_schedule``), as
+        ``ContinualCounter.extend_horizon`` does for one stream: every key's mechanism so far
+        becomes segment 0 of the extended schedule with its own noise (the generator ``child(key)``
+        itself: nothing released is redrawn, steps 1 … n release exactly what they would have),
+        later steps run the anytime segments under that key's children "anytime segment s", each
+        at Δ_step·Δ_s. Public: the schedule depends on n and ``metric`` (default the one these
+        counters were chosen for) only. The contribution bounds go on unchanged.
+
+        Privacy (docs/privacy.md, "Extending keyed counts"): ε-DP for the same unit as before, for
+        "step", "event", "user-step", and "user" with C = 1 (``max_per_key``); "user" with C > 1
+        is refused: segment 0's noise, scaled to the sum of the C largest column norms, does not
+        leave the later segments their share of ε. A state records the new schedule before any
+        later step."""
+        from pure_dp_mf.mechanisms.anytime import AnytimeMechanism, extended_schedule
+
+        if self.closed or (self.journal is not None and self.journal.read_only):
+            raise StateFileError("the keyed run was closed or opened to read only; it cannot be extended")
+        if self.horizon is None:
+            raise InvalidInputError("--extend: the counts have no horizon; they already go on without one")
+        if self.privacy_unit == "user" and self.max_per_key != 1:
+            raise InvalidInputError(
+                f"--extend at --privacy-unit user needs --max-per-key 1 (given {self.max_per_key}): the noise of steps "
+                f"1 … {self.horizon} is scaled to the sum of the C largest column norms, which leaves the steps past the "
+                "horizon no share of ε for the user's other steps; use --privacy-unit user-step, or a new publication"
+            )
+        step_sensitivity = self._step_sensitivity()
+        if step_sensitivity * self.mechanism.sensitivity != self.sensitivity:  # segment 0 must be exactly the noise released
+            raise InvalidInputError(
+                f"--extend: the steps 1 … {self.horizon} were noised for Δ = {self.sensitivity}, not the Δ_step·Δ = "
+                f"{step_sensitivity * self.mechanism.sensitivity} of an anytime segment: they cannot go on as one"
+            )
+        guard = self._guard  # claimed after the change (a publication extended by an earlier run is stored so)
+        horizon, sensitivity = self.horizon, self.sensitivity
+        metric = metric or self.metric or "maxse"
+        schedule = extended_schedule(prefix=self.mechanism.record, horizon=horizon, metric=metric)
+        mechanism = AnytimeMechanism(schedule=schedule, name=f"{self.mechanism.name} to step {horizon}, then anytime")
+        generators = [self.rng.child(key) for key in self.keys]
+        release = mechanism.release(
+            generators=generators, epsilon=self.epsilon, step_sensitivity=step_sensitivity, page_size=KEYED_PAGE
+        )
+        self.mechanism, self.horizon, self._release, self.metric = mechanism, None, release, metric
+        self.sensitivity = Fraction(step_sensitivity)  # Δ_step, as for anytime counts: Δ_s is the segment's
+        self.base_file = None
+        self.extended_from = {"horizon": horizon, "sensitivity": [str(sensitivity.numerator), str(sensitivity.denominator)]}
+        self._noise_start, self._noise = 0, np.zeros((len(self.keys), 0), dtype=np.int64)
+        self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
+        if guard is not None:
+            guard.extend(self.publication_spec())
+        elif ledger.needs_ledger(self.rng):
+            self._guard = ledger.Guard(rng=self.rng, spec=self.publication_spec(), corrects=self.corrects, extending=True)
+        if self.journal is not None:
+            changed = ("what", "mechanism", "horizon", "sensitivity", "summary", "extended_from")
+            self.journal.update_header({name: value for name, value in self._header().items() if name in changed})
+
+    def _step_sensitivity(self) -> int:
+        """Δ_step of an anytime segment for the privacy unit (``_bounds``): m, K·m, or K·m·C."""
+        unit, m = self.privacy_unit, self.max_value
+        if unit in ("step", "event"):
+            return m
+        return self.max_keys * m * (self.max_per_key if unit == "user" else 1)
+
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key (``_BarsAhead``)."""
         return self._bars.bars(start, stop, beta=beta)
@@ -616,8 +717,61 @@ class KeyedCounters(_KeyedState):
         cls, path: str | os.PathLike, *, keys: Iterable[str], registry_path: str | os.PathLike | None = None, **options
     ) -> KeyedCounters:
         """The keyed run saved in ``path``, bound to it again; ``keys`` and the ``options`` of the
-        constructor (ε, horizon, base, m, privacy unit, bounds) must be those it was made with."""
+        constructor (ε, horizon, base, m, privacy unit, bounds) must be those it was made with (a
+        state extended past its horizon n takes n or no horizon)."""
         journal = Journal.open(path, registry=registry_path)
+        return cls._bind(journal, keys=keys, options=options)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        *,
+        keys: Iterable[str] | None = None,
+        read_only: bool = True,
+        registry_path: str | os.PathLike | None = None,
+    ) -> KeyedCounters:
+        """The keyed run saved in ``path`` as it was made (its keys, ε, horizon or extension,
+        mechanism, m, privacy unit and bounds, all read from the state): to read its releases
+        back (``releases``), or with ``read_only=False`` to go on (locked and checked like
+        ``resume``). ``read_only`` opens it without committing anything, also a state this
+        registry does not know. ``keys``: for a state that does not list its keys (made by an
+        earlier version), checked against the state's sha256 of them."""
+        if not Path(path).exists():
+            raise InvalidInputError(f"{path}: no such state")
+        journal = Journal.open(path, registry=registry_path, read_only=read_only)
+        try:
+            header = journal.header
+            if header.get("engine") != "keyed":
+                raise StateFileError(f"{path}: the state is not a keyed run's (it is {header.get('engine')!r})")
+            if keys is None:
+                keys = header.get("keys")
+            if keys is None:
+                raise InvalidInputError(
+                    f"{path}: the state does not list its keys (made by an earlier version): give them (--keys FILE)"
+                )
+            keys = check_keys(keys)
+            if keys_sha256(keys) != header["keys_sha256"]:
+                raise InvalidInputError(f"{path}: the state was made with another key list than the one given (--keys)")
+            summary = header.get("summary") or {}
+            options: dict[str, Any] = {
+                "epsilon": float.fromhex(header["epsilon"]),
+                "horizon": header["horizon"],
+                "max_value": header["max_value"],
+                "privacy_unit": header["privacy_unit"],
+                "max_keys": summary.get("max_keys") if header["privacy_unit"] in ("user", "user-step") else None,
+                "max_per_key": summary.get("max_per_key") if header["privacy_unit"] == "user" else None,
+            }
+        except BaseException:
+            journal.close()
+            raise
+        return cls._bind(journal, keys=keys, options=options)
+
+    @classmethod
+    def _bind(cls, journal: Journal, *, keys: Iterable[str], options: dict) -> KeyedCounters:
+        """The counters of ``journal``'s run, made again from ``options`` (checked against its
+        header) and restored to its progress; the journal is closed when they are refused."""
+        path = journal.path
         try:
             header = journal.header
             if header.get("engine") != "keyed":
@@ -627,8 +781,17 @@ class KeyedCounters(_KeyedState):
             if given is not None and given.key != generator.key:
                 raise StateFileError(f"{path}: the state was made with another generator (seed)")
             options.pop("base", None)
+            extended = header.get("extended_from")
+            if extended is not None and options.get("horizon") not in (None, extended["horizon"]):
+                raise StateFileError(
+                    f"{path}: the state was made with horizon {extended['horizon']} and extended past it, "
+                    f"not horizon {options['horizon']}"
+                )
+            if extended is not None:
+                options["horizon"] = None  # made with that horizon, then extended past it (``extend_horizon``)
             mechanism = from_record(header["mechanism"], horizon=header["horizon"])
             counters = cls(keys=keys, rng=generator, _lineage=header["lineage"], mechanism=mechanism, **options)
+            counters.extended_from = extended
             mine = counters._header()
             for name in ("keys_sha256", "epsilon", "horizon", "max_value", "privacy_unit", "sensitivity"):
                 if mine[name] != header[name]:
@@ -642,11 +805,121 @@ class KeyedCounters(_KeyedState):
                 for user, entries in progress["bounder"]["users"].items():
                     counters.bounder.restore_user(user, entries)
             counters.journal = journal
-            ledger.claim_home(counters.lineage)
+            if not journal.read_only:
+                ledger.claim_home(counters.lineage)
             return counters
         except BaseException:
             journal.close()
             raise
+
+    def releases(self, *, first_step: int = 1, last_step: int | None = None, beta: float | None = None) -> KeyedReleases:
+        """The released steps ``first_step`` … ``last_step`` (default the last released) of every
+        key, read back from the state: the counts as released (kept per step in the state) and
+        their std and intervals, a function of the public mechanism, the step and β (default the
+        β each step was printed with, ``record_output``; else 0.05): nothing is drawn.
+
+        A state made by an earlier version keeps the counts of its last released step only; the
+        earlier steps' counts cannot be recovered from it (their running sums were not kept, only
+        the last), and asking for them is refused (``StateFileError``)."""
+        last_step = self.check_kept(first_step=first_step, last_step=last_step)
+        assert self.journal is not None
+        steps = np.arange(first_step, last_step + 1, dtype=np.int64)
+        rows = self.journal.rows(first_step - 1, last_step)
+        if rows:
+            counts = np.stack([np.asarray(row) for row in rows], axis=1)
+        else:
+            counts = np.zeros((len(self.keys), 0), dtype=np.int64)
+        std = np.zeros(len(steps))
+        lower, upper = np.empty_like(counts), np.empty_like(counts)
+        for first, stop, step_beta in self._betas(first_step, last_step + 1, beta):
+            part = slice(first - first_step, stop - first_step)
+            std[part], lower[:, part], upper[:, part] = self.intervals(counts[:, part], start=first - 1, beta=step_beta)
+        output = _latest_output(self.journal.header)
+        return KeyedReleases(
+            keys=list(self.keys),
+            steps=steps,
+            counts=counts,
+            std=std,
+            lower=lower,
+            upper=upper,
+            show_keys=output["show_keys"],
+            calendar=None if output["calendar"] is None else _calendar_of(output["calendar"]),
+        )
+
+    def check_kept(self, *, first_step: int, last_step: int | None) -> int:
+        """The last step of ``releases(first_step=, last_step=)`` (default the last released),
+        refused unless the state keeps every step of the range (``releases``)."""
+        if self.journal is None:
+            raise StateFileError("releases are kept in the state: give the counters a state (save_state)")
+        path, released = self.journal.path, self.released
+        last_step = released if last_step is None else last_step
+        if not 1 <= first_step <= last_step + 1 or last_step > released:
+            raise InvalidInputError(f"steps {first_step} … {last_step}: only steps 1 … {released} were released")
+        header = self.journal.header
+        kept_from = released - 1 if not header.get("history") else int(header.get("kept_from", 0))
+        if first_step <= kept_from and first_step <= last_step:
+            which = (
+                "of its last released step only (made by an earlier version)"
+                if not header.get("history")
+                else (f"from step {kept_from + 1} on (it was saved after step {kept_from})")
+            )
+            raise StateFileError(
+                f"{path}: the state keeps the released counts {which}: steps {first_step} … {min(last_step, kept_from)} "
+                f"cannot be read back from it (the running sums of those steps were not kept); --first-step {kept_from + 1} "
+                "prints what it keeps"
+            )
+        return last_step
+
+    def _betas(self, first: int, stop: int, beta: float | None) -> list[tuple[int, int, float]]:
+        """(first step, stop, β) ranges covering the 1-based steps [first, stop): ``beta`` for
+        all, else the β each was printed with (``record_output``), 0.05 where none was noted."""
+        if beta is not None:
+            return [(first, stop, float(beta))] if first < stop else []
+        assert self.journal is not None
+        marks = [(int(entry["first"]), float.fromhex(entry["beta"])) for entry in self.journal.header.get("outputs") or []]
+        ranges, t = [], first
+        while t < stop:
+            current = [b for start, b in marks if start <= t]
+            later = [start for start, _ in marks if start > t]
+            end = min([stop, *later])
+            ranges.append((t, end, current[-1] if current else 0.05))
+            t = end
+        return ranges
+
+
+@dataclass(frozen=True)
+class KeyedReleases:
+    """Released steps of keyed counts, read back from a state (``KeyedCounters.releases``):
+    1-based ``steps`` (s,), ``counts``, ``lower``, ``upper`` of shape (keys, s), ``std`` (s,)
+    (the same for every key), and how the run printed them: ``show_keys`` (False for a single
+    stream given as event rows) and its ``calendar`` (a date column), as ``keyed_io.Layout``."""
+
+    keys: list[str]
+    steps: np.ndarray
+    counts: np.ndarray
+    std: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    show_keys: bool = True
+    calendar: Calendar | None = None
+
+
+def _latest_output(header: dict) -> dict:
+    """How the state's last run printed its rows (``record_output``); keys and no dates if none noted."""
+    outputs = header.get("outputs") or []
+    return outputs[-1] if outputs else {"show_keys": True, "calendar": None}
+
+
+def _calendar_record(calendar: Calendar) -> dict:
+    """A calendar exactly, for a state: its start (ISO) and step size in integer microseconds."""
+    return {"start": calendar.start.isoformat(), "step_size_microseconds": calendar.step_size // timedelta(microseconds=1)}
+
+
+def _calendar_of(record: dict) -> Calendar:
+    """The inverse of ``_calendar_record``."""
+    return Calendar(
+        start=datetime.fromisoformat(record["start"]), step_size=timedelta(microseconds=int(record["step_size_microseconds"]))
+    )
 
 
 class _BarsAhead:

@@ -43,6 +43,7 @@ from pure_dp_mf.engines.keyed import (
     MAX_LOCAL_KEYS,
     KeyedCounters,
     KeyedEvent,
+    KeyedReleases,
     check_keys,
     empty_user_error,
     normalise_key,
@@ -378,6 +379,8 @@ class KeyedSink:
         self._writer = None
         self._stream: IO[str] | None = None
         self._open(resumed)
+        # the state notes how its steps are printed from here on: ``releases`` prints them alike
+        counters.record_output(show_keys=self.layout.show_keys, calendar=self.layout.calendar, beta=beta)
 
     def _open(self, resumed: bool) -> None:
         output = self.output
@@ -479,6 +482,25 @@ class KeyedSink:
             self._writer.close()
         if self._stream is not None and self.output is not None:
             self._stream.close()
+
+
+def releases_text(
+    releases: KeyedReleases, output_format: str, *, header: dict | None = None, first: bool = True
+) -> Iterator[str]:
+    """The text of released steps read back from a state (``KeyedCounters.releases``), in the
+    columns the count run printed (``Layout``): csv (the column names first) or jsonl (a header
+    record first, ``header``), then one step's rows at a time; ``first``: with that first line
+    (the first part of an output printed in parts)."""
+    if output_format not in ("csv", "jsonl"):
+        raise InvalidInputError(f"--format for keyed releases must be csv or jsonl, got {output_format!r}")
+    layout = Layout(keys=releases.keys, show_keys=releases.show_keys, calendar=releases.calendar)
+    if first and output_format == "csv":
+        yield ",".join(layout.columns) + "\n"
+    elif first:
+        yield json.dumps({"header": header or {}}, ensure_ascii=False, sort_keys=True) + "\n"
+    for column, step in enumerate(releases.steps.tolist()):
+        counts, lower, upper = releases.counts[:, column], releases.lower[:, column], releases.upper[:, column]
+        yield layout.text(output_format, step, counts, float(releases.std[column]), lower, upper)
 
 
 def run_keyed_file(

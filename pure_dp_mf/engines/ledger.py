@@ -507,7 +507,12 @@ class Guard:
     Made lazily by the engines (``guard_for``) the first time a counter whose key has left its
     process releases; the publication is claimed then, before the first draw is shown."""
 
-    def __init__(self, *, rng: Any, spec: dict, budget: str | None = None, corrects: str | None = None) -> None:
+    def __init__(
+        self, *, rng: Any, spec: dict, budget: str | None = None, corrects: str | None = None, extending: bool = False
+    ) -> None:
+        """``extending``: the counter went on past its horizon before its first guarded release
+        (``KeyedCounters.extend_horizon``): its publication may be stored with the spec before or
+        after the extension (``Ledger.claim``)."""
         from pure_dp_mf.engines.registry import generator_tag
 
         self.key = rng.key
@@ -515,7 +520,7 @@ class Guard:
         self.publication = Publication(
             name=getattr(rng, "publication", None), key_tag=generator_tag(rng.key), spec=spec, budget=budget, corrects=corrects
         )
-        self.name = self.ledger.claim(self.publication)
+        self.name = self.ledger.claim(self.publication, extending=extending)
 
     def check(self, *, first: int, inputs: Sequence[bytes]) -> None:
         """Record the inputs (canonical bytes) of the 0-based steps first, … (``Ledger.record``)."""

@@ -92,19 +92,12 @@ _SPARK_UNITS = (
     "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
     "one stream, --start and the units step and user-step run on the local engine"
 )
-_EXTEND_ROWS = (
-    "--extend is for one count per line; event rows release the public schedule --through "
-    "(a run again with its --state skips the released steps)"
-)
 _ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters", "dataframe", "spark-batch", "spark-stream")
 REFUSED: dict[tuple[str, str], str] = {
     ("one-stream", "spark-batch"): _SPARK_UNITS,
     ("dates", "spark-batch"): _SPARK_UNITS,
     ("unit-step", "spark-batch"): _SPARK_UNITS,
     ("unit-user-step", "spark-batch"): _SPARK_UNITS,
-    ("extend", "cli-rows"): _EXTEND_ROWS,
-    ("extend", "cli-keyed"): _EXTEND_ROWS,
-    ("extend", "keyed-counters"): _EXTEND_ROWS,
     **{(feature, route): _LIFTED for feature in ("certificate", "tree") for route in _ROW_ROUTES},
     ("dates", "cli-lines"): f"--start is for event rows: give --step-column too ({_LINES})",
     ("dates", "counter"): "Counter takes one value per step; dates belong to event rows (KeyedCounters, the DataFrame function)",
@@ -372,7 +365,9 @@ class CountSpec:
             return None
         from pure_dp_mf.engines.keys import public_schedule
 
-        return public_schedule(self.horizon, self.through, calendar=self.calendar)
+        if self.extend and self.through is None:  # past the horizon: --through is the public schedule
+            raise InvalidInputError("--extend needs --through N: the public schedule of steps to release, past the horizon")
+        return public_schedule(None if self.extend else self.horizon, self.through, calendar=self.calendar)
 
     def step_beta(self, *, intervals: int | None) -> float:
         """The β of each interval: β (band "step"), or β/``intervals`` for a band that holds over
