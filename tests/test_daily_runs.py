@@ -246,7 +246,7 @@ def test_dataframe_with_a_state_two_days_equal_one_call_over_both(tmp_path):
     assert list(aside["step"]) == [3, 3, 3]
     from pure_dp_mf.engines.dataframe import private_running_counts
 
-    with pytest.raises(InvalidInputError, match="released_events must be one of refuse, set-aside, got 'skip'"):
+    with pytest.raises(InvalidInputError, match="--released-events must be one of refuse, set-aside, got 'skip'"):
         private_running_counts(
             _frame(DAY_3),
             keys=list(KEYS),

@@ -218,7 +218,7 @@ def test_zero_drops_and_clamp_clamps(policy):
         (dict(user_column="uid", privacy_unit="user", max_keys=1, max_per_key=1), "user_column 'uid': no such column"),
         (dict(privacy_unit="user", max_keys=1, max_per_key=1), "needs user_column"),
         (dict(user_column="key"), "user_column is for privacy_unit"),
-        (dict(invalid="stop"), "invalid must be one of refuse, zero, clamp"),
+        (dict(invalid="stop"), "the DataFrame function takes refuse, zero or clamp"),
         (dict(step_size="1d"), "step_size needs start"),
         (dict(privacy_unit="person"), "privacy.unit"),
         (dict(horizon=None), "through"),

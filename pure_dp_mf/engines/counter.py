@@ -200,6 +200,9 @@ class Counter:
             if state is not None:
                 self._counter.save_state(state)
         if spec.extend:
+            if self._counter.horizon is None:
+                self._counter.close()
+                raise InvalidInputError("--extend: the counter has no horizon; it already goes on without one")
             self.extend_horizon()
 
     @classmethod

@@ -33,18 +33,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pure_dp_mf.engines.calendar import Calendar
-from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import (
     INTERVAL_WORDS,
     MAX_LOCAL_KEYS,
@@ -53,12 +50,12 @@ from pure_dp_mf.engines.keyed import (
     check_keys,
     empty_user_error,
     normalise_key,
-    public_schedule,
     run_keyed,
 )
-from pure_dp_mf.engines.partitions import StepInputs, check_released_events
+from pure_dp_mf.engines.partitions import StepInputs
+from pure_dp_mf.engines.spec import CountSpec
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import MAX_DIGITS, check_size
+from pure_dp_mf.validation import MAX_DIGITS
 
 INVALID_POLICIES = ("refuse", "zero", "clamp")
 USER_UNITS = ("user-step", "user")  # the privacy units whose bounds need the user of every event
@@ -70,44 +67,36 @@ _CAP = 1 << 62  # integers beyond ±2^62 are capped: far outside any schedule an
 def private_running_counts(
     events: Any,
     *,
-    keys: Sequence[str],
-    epsilon: float,
-    horizon: int | None = None,
+    spec: CountSpec | None = None,
     key_column: str | None = "key",
     step_column: str = "step",
     value_column: str | None = None,
     user_column: str | None = None,
-    privacy_unit: str = "event",
-    max_keys: int | None = None,
-    max_per_key: int | None = None,
-    max_value: int = 1,
-    through: Any = None,
-    base: str | None = None,
-    metric: str = "maxse",
-    generator: NoiseGenerator | None = None,
-    beta: float = 0.05,
-    invalid: str = "refuse",
-    start: Any = None,
-    step_size: Any = None,
-    state: str | os.PathLike | None = None,
-    budget: str | None = None,
-    released_events: str = "refuse",
+    **options: Any,
 ) -> Any:
     """The releases of every key at every step 1 … ``through`` of the public schedule (default
     the horizon; without a horizon ``through`` is required and the counters are anytime), as a
     pandas DataFrame with the columns key, step, [date,] count, std, lower, upper (module docstring).
 
-    Privacy: ε-DP for ``privacy_unit`` ("event", "step", "user-step" or "user"), exactly as
+    What is released is one ``CountSpec`` (``engines.spec``): ``spec``, or one made from
+    ``options`` (``CountSpec.of``): ``keys`` and ``epsilon`` (required), ``horizon``,
+    ``privacy_unit`` (default "event"), ``max_keys``, ``max_per_key``, ``max_value``,
+    ``through``, ``extend``, ``base``, ``metric``, ``beta``, ``band``, ``invalid`` ("refuse",
+    "zero" or "clamp"), ``released_events``, ``start``, ``step_size`` and the publication's
+    ``generator``, ``seed``, ``key_file``, ``state`` and ``budget``. Features the DataFrame
+    function does not run are refused from the spec's parity table (``spec.REFUSED``).
+
+    Privacy: ε-DP for the privacy unit ("event", "step", "user-step" or "user"), exactly as
     ``KeyedCounters`` (docs/privacy.md, "Keyed streams"), which releases them; the std and the
     guaranteed (1 − β) interval [lower, upper] of each row are functions of the public mechanism.
 
     ``events``: a pandas DataFrame, or a polars one (converted with ``to_pandas``). Its columns:
-    ``key_column`` (compared as text with ``keys``; None: every event is of the one listed key),
+    ``key_column`` (compared as text with the keys; None: every event is of the one listed key),
     ``step_column`` (1-based integer steps, or dates/timestamps with ``start``), ``value_column``
     (integers in [0, ``max_value``]; None: every event counts 1) and ``user_column`` (for the
     units "user-step" and "user"). ``through`` may be a date with ``start`` (the last step whose
-    period begins by then). ``generator``: the run's noise (default ``NoiseGenerator.secure()``;
-    a seeded one is not private and warns). A missing column, a bad argument or (with
+    period begins by then). The noise: the ``generator`` given (default a secure one; a seeded
+    one is not private and warns). A missing column, a bad argument or (with
     ``invalid="refuse"``) an invalid event is an ``InvalidInputError`` before anything is released.
 
     ``state``: a state file, as ``count --state`` keeps for event rows: created when missing, else
@@ -119,35 +108,38 @@ def private_running_counts(
     before anything is released. ``budget``: the named budget (``engines.budget``) charged ε with
     the first released step, once per state (a resumed run is not charged again)."""
     frame = _as_pandas(events)
-    keys = check_keys(keys, maximum=MAX_LOCAL_KEYS)
+    if spec is None:
+        if "keys" in options:
+            options["keys"] = check_keys(options["keys"], maximum=MAX_LOCAL_KEYS)
+        spec = CountSpec.of(rows=True, **options)
+    elif options:
+        raise InvalidInputError("give a spec or its options, not both")
+    if spec.keys is None:
+        raise InvalidInputError("keys: the public list of keys is required")
+    spec.check_route("dataframe")
+    keys = list(spec.keys)
+    if len(keys) > MAX_LOCAL_KEYS:
+        raise InvalidInputError(f"the key list holds more than {MAX_LOCAL_KEYS:,} keys, the most one local run releases")
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
     _check_columns(frame, columns)
     if key_column is None and len(keys) != 1:
         raise InvalidInputError(f"key_column=None is for one key (a single stream), got {len(keys)} keys")
-    _check_unit(privacy_unit, user_column)
-    if invalid not in INVALID_POLICIES:
-        raise InvalidInputError(f"invalid must be one of {', '.join(INVALID_POLICIES)}, got {invalid!r}")
-    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
-    horizon = None if horizon is None else check_size(horizon, name="horizon")
-    max_value = check_size(max_value, name="max_value")
-    through = public_schedule(horizon, through, calendar=calendar)
-    released_events = check_released_events(released_events, flag="released_events")
+    _check_unit(str(spec.privacy_unit), user_column)
+    calendar = spec.calendar
+    through = spec.schedule()
+    assert through is not None
+    beta = spec.step_beta(intervals=len(keys) * through)
     table = _scheduled(frame, keys=keys, columns=columns, calendar=calendar, through=through)
-    table = _apply_policy(table, frame=frame, columns=columns, invalid=invalid, max_value=max_value, dates=calendar is not None)
-    options: dict[str, Any] = {"epsilon": epsilon, "horizon": horizon, "base": base, "metric": metric, "max_value": max_value}
-    options |= {"privacy_unit": privacy_unit, "max_keys": max_keys, "max_per_key": max_per_key, "budget": budget}
-    if state is not None and Path(state).exists():  # as ``count --state`` (``cli.count_keyed._open_counters``)
-        counters = KeyedCounters.resume(state, keys=keys, rng=generator, **options)
-    else:
-        counters = KeyedCounters(keys=keys, rng=generator if generator is not None else NoiseGenerator.secure(), **options)
-        if state is not None:
-            counters.save_state(state)
+    table = _apply_policy(
+        table, frame=frame, columns=columns, invalid=spec.invalid, max_value=spec.max_value, dates=calendar is not None
+    )
+    counters = KeyedCounters.from_spec(spec)
     seeded = counters.rng.seeded
     if seeded:
         warnings.warn("seeded noise (NoiseGenerator.from_seed): not private, for tests and research only", stacklevel=2)
     try:
         first = counters.released
-        inputs = StepInputs(counters, through=through, policy=released_events, names=("state", "released_events"))
+        inputs = StepInputs(counters, through=through, policy=spec.released_events, names=("state", "released_events"))
         counters.step_inputs = inputs
         released = _release(counters, inputs.events(_events(table)), first=first, beta=beta, through=through)
     finally:

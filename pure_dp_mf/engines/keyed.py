@@ -64,6 +64,7 @@ import numpy as np
 
 from pure_dp_mf.engines import ledger
 from pure_dp_mf.engines.budget import charge_with_release
+from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator, claim_in_process, mark_exported
 from pure_dp_mf.engines.journal import Journal, StateFileError
 from pure_dp_mf.engines.keys import (  # noqa: F401  (the keyed engine's names, kept importable here)
@@ -372,7 +373,7 @@ class KeyedCounters(_KeyedState):
             counters = cls.__new__(cls)
             counters._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
         if own and spec.extend and counters.extended_from is None:  # once: a state extended stays so
-            counters.extend_horizon(metric=spec.metric)
+            counters.extend_horizon(metric=spec.metric)  # refused without a horizon
         if state is not None and own and not counters.resumed:
             counters.save_state(state)
         return counters

@@ -113,7 +113,7 @@ REFUSED: dict[tuple[str, str], str] = {
     ),
     ("budget", "spark-batch"): "--budget is for the local engine",
     ("budget", "spark-stream"): "--budget is for the local engine",
-    ("extend", "spark-batch"): "--extend is for the local engine: a Spark batch run releases its schedule --through",
+    ("extend", "spark-batch"): "--extend with --engine spark is not supported: run it on the local engine",
     ("extend", "spark-stream"): "--extend is for the local engine: a Spark stream runs to its horizon",
     ("extend", "dataframe"): "extend is for a counter with a state: the DataFrame function releases its schedule through",
     ("monotone", "cli-rows"): "--monotone is for one count per line; event rows release their counts as drawn",
@@ -284,8 +284,38 @@ class CountSpec:
             raise InvalidInputError("monotone post-processing is for dimension 1 (one running count)")
         if self.through is not None and not self.rows:
             raise InvalidInputError("--through is for event rows: give --step-column too (every input line is a step)")
-        if self.extend and self.horizon is None:
-            raise InvalidInputError("--extend: the counter has no horizon; it already goes on without one")
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        start: Any = None,
+        step_size: Any = None,
+        seed: int | None = None,
+        key_file: Any = None,
+        generator: NoiseGenerator | None = None,
+        state: Any = None,
+        budget: str | None = None,
+        ledger: str | None = None,
+        **options: Any,
+    ) -> CountSpec:
+        """A spec from the flat keyword options of the library's functions: the fields of
+        ``CountSpec`` (``options``: ``epsilon``, ``keys``, ``horizon``, …), the calendar's
+        ``start`` and ``step_size``, and the publication's ``seed``, ``key_file``, ``generator``,
+        ``state``, ``budget`` and ``ledger``. An unknown option is refused, naming it."""
+        unknown = sorted(set(options) - {field.name for field in dataclasses.fields(cls)} - {"publication", "calendar"})
+        if unknown:
+            raise InvalidInputError(f"unknown option {unknown[0]!r}")
+        publication = Publication(
+            seed=seed,
+            key_file=None if key_file is None else Path(key_file),
+            generator=generator,
+            state=None if state is None else Path(state),
+            budget=budget,
+            ledger=ledger,
+        )
+        calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
+        return cls(**options, calendar=calendar, publication=publication)
 
     def _check_bounds(self) -> None:
         """The contribution bounds against the privacy unit: K for user-step (required with
