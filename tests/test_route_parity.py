@@ -43,7 +43,7 @@ LINES = [1, 0, 2, 1, 0, 0, 1, 2]  # one stream's values per step (max 2)
 START = "2025-03-01"
 
 LINE_ROUTES = ("cli-lines", "counter")
-ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters")
+ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters", "dataframe")
 ONE_STREAM_FEATURES = ("one-stream", "unit-step")
 FAMILIES = {route: "lines" for route in LINE_ROUTES} | {route: "rows" for route in ROW_ROUTES}
 
@@ -60,6 +60,7 @@ def feature_options(feature: str, tmp_path: Path) -> dict:
         "unit-user": {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3},
         "state": {"state": tmp_path / "run.state"},
         "anytime": {"horizon": None, "through": HORIZON},
+        "extend": {"extend": True, "through": HORIZON + 3},
         "monotone": {"monotone": True},
         "simultaneous": {"band": "simultaneous"},
         "invalid-policy": {"invalid": "clamp"},
@@ -79,6 +80,7 @@ FEATURES_TESTED = (
     "unit-user",
     "state",
     "anytime",
+    "extend",
     "monotone",
     "simultaneous",
     "invalid-policy",
@@ -99,6 +101,8 @@ def make_spec(route: str, options: dict) -> CountSpec:
         keys = None
         options.setdefault("privacy_unit", "step")
         options.pop("through", None)
+    if options.get("extend") and route.startswith("cli"):
+        options["extend"] = True
     return CountSpec(
         epsilon=1.0,
         horizon=options.pop("horizon", HORIZON),
@@ -132,6 +136,8 @@ def _cli_flags(spec: CountSpec) -> list[str]:
         flags += ["--monotone"]
     if spec.calendar is not None:
         flags += ["--start", START]
+    if spec.extend:
+        flags += ["--extend"]
     if spec.publication.state is not None:
         flags += ["--state", str(spec.publication.state)]
     return flags
@@ -169,6 +175,28 @@ def run_route(route: str, spec: CountSpec, tmp_path: Path) -> list[tuple]:
         return [
             ("count", int(t), int(c), int(lo), int(hi))
             for t, c, lo, hi in zip(released.steps, released.counts, released.lower, released.upper, strict=True)
+        ]
+    if route == "dataframe":
+        import pandas as pd
+
+        from pure_dp_mf.engines.dataframe import private_running_counts
+
+        one = spec.keys is None
+        chosen = [event for event in EVENTS if not one or event[0] == "a"]
+        when = [spec.calendar.period(t) if spec.calendar is not None else t for _, t, _, _ in chosen]
+        frame = pd.DataFrame(
+            {"key": [k for k, *_ in chosen], "step": when, "user": [u for *_, u, _ in chosen], "value": [v for *_, v in chosen]}
+        )
+        users = spec.privacy_unit in ("user", "user-step")
+        result = private_running_counts(
+            frame,
+            spec=spec.replace(keys=("count",)) if one else spec,
+            key_column=None if one else "key",
+            value_column="value",
+            user_column="user" if users else None,
+        )
+        return [
+            (str(row.key), int(row.step), int(row.count), int(row.lower), int(row.upper)) for row in result.itertuples()
         ]
     if route == "keyed-counters":
         from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed

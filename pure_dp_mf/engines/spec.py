@@ -115,7 +115,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("budget", "spark-stream"): "--budget is for the local engine",
     ("extend", "spark-batch"): "--extend with --engine spark is not supported: run it on the local engine",
     ("extend", "spark-stream"): "--extend is for the local engine: a Spark stream runs to its horizon",
-    ("extend", "dataframe"): "extend is for a counter with a state: the DataFrame function releases its schedule through",
     ("monotone", "cli-rows"): "--monotone is for one count per line; event rows release their counts as drawn",
     ("monotone", "cli-keyed"): "--monotone is for one count per line; event rows release their counts as drawn",
     ("monotone", "keyed-counters"): "monotone is for one count per line; keyed counts are released as drawn",
