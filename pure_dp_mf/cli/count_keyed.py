@@ -78,11 +78,6 @@ def count_keyed(
     if engine == "spark":
         if budget is not None:
             raise InvalidInputError("--budget is for the local engine")
-        if single or calendar is not None or privacy_unit not in ("event", "user"):
-            raise InvalidInputError(
-                "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
-                "one stream, --start and the units step and user-step run on the local engine"
-            )
         if operator_log_file is not None:
             raise InvalidInputError("--operator-log is for the local engine")
         if invalid not in ("refuse", "zero", "clamp"):
@@ -95,6 +90,7 @@ def count_keyed(
             rng=rng,
             state=state,
             invalid=invalid,
+            calendar=calendar,
             **release,
         )
         return
@@ -160,6 +156,7 @@ def _count_on_spark(
     rng: NoiseGenerator | None,
     state: Path | None,
     invalid: str,
+    calendar: Calendar | None,
     output: Path | None,
     output_format: str,
     beta: float,
@@ -187,6 +184,7 @@ def _count_on_spark(
         beta=beta,
         through=through,
         invalid=invalid,
+        calendar=calendar,
     )
 
 
