@@ -7,7 +7,10 @@ returns a DataFrame with one row (key, step, count, std, lower, upper) per publi
 the same values as the local engine (``keyed.run_keyed``) for the same generator: every key's
 noise is keyed by the run's generator and the key alone (``keyed.py``), and the user bounds
 admit a user's events in the same order (step, then key, then value). The privacy model and its
-proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
+proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams", "On Spark"). Batch and
+streaming take what the local engine takes: keyed events or one stream (no key column), integer
+steps or dates on a public ``Calendar`` (converted by ``Calendar.step_of`` on the executors),
+and the privacy units event, step, user-step and user.
 
 Plan: unknown keys dropped (a broadcast join with the public key list, which gives each event
 its key's position and shard); with user-level privacy, ``groupBy(user).applyInPandas`` applies
@@ -731,7 +734,7 @@ def private_running_counts_stream(
     ``mechanisms.anytime``). Events never decide it: an event of a step the clock has not closed
     waits in the state until it does; events of unlisted keys or beyond the horizon are dropped
     unseen. An event of a step already released is counted at the next step released (event
-    level) or dropped (user level), so every kept event changes one key's input at one step.
+    level) or dropped (the other units), so every kept event changes one key's input at one step.
     Invalid events of listed keys follow ``invalid`` ("zero": dropped, "clamp": value clamped to
     [0, m], "stop": the query stops, which is not private).
 
@@ -1074,7 +1077,7 @@ def _stream_state(digest: str, released: int, totals: np.ndarray, pending: np.nd
 
 
 def _run_settings(
-    *, keys: Sequence[str], generator: NoiseGenerator, beta: float, lineage: str | None = None, **mechanism
+    *, generator: NoiseGenerator, beta: float, lineage: str | None = None, keys: Sequence[str] = ("template",), **mechanism
 ) -> dict:
     """The picklable settings every executor rebuilds a key's counter from: the driver's
     ``KeyedCounters`` checks them once and fixes the base file and the run's lineage (every
