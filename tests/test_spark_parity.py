@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -25,6 +26,7 @@ from pure_dp_mf.resources import BASE_FOLDER  # noqa: E402
 BASE = str(BASE_FOLDER / "k004_maxse.npz")
 KEYS = [f"k{i:02d}" for i in range(20)]
 START = date(2025, 1, 1)
+DAYS = 7  # the streams: one day a micro-batch
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +187,31 @@ def test_spark_batch_refuses_dates_and_units_as_the_local_engine_does(spark):
                 engine.private_running_counts(data, **{**options, "start": "2025-01-01", **more})
 
 
+def test_spark_streaming_refuses_on_the_driver_what_the_local_engine_refuses(spark, tmp_path):
+    """A stream's options are checked when the query is built, before it starts: the unit step and
+    key_column=None with several keys, user-step with several keys and no K, a step size without
+    a start, and the batch-only policy "refuse" (a stream cannot be checked ahead)."""
+    from pure_dp_mf.engines.spark import file_clock, private_running_counts_stream
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "clock").mkdir()
+    events = spark.readStream.schema("uid string, country string, day string").csv(str(tmp_path / "in"))
+    clock = file_clock(spark, str(tmp_path / "clock"))
+    options = {"clock": clock, "keys": KEYS, "epsilon": 1.0, "horizon": 40, "base": BASE, "key_column": "country"}
+    options |= {"step_column": "day", "generator": NoiseGenerator.from_seed(2), "start": "2025-01-01"}
+    refusals = {
+        "it is for one stream": {"privacy_unit": "step"},
+        "key_column=None is for one key": {"key_column": None},
+        "user-step with several keys needs --max-keys": {"privacy_unit": "user-step", "user_column": "uid"},
+        "step_size needs start": {"start": None, "step_size": "1h"},
+        "invalid must be zero, clamp or stop on a stream": {"invalid": "refuse"},
+    }
+    for message, more in refusals.items():
+        with pytest.raises(InvalidInputError, match=message), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the seeded generator's warning
+            private_running_counts_stream(events, **{**options, **more})
+
+
 def _run(arguments: list[str], *, engine: str) -> subprocess.CompletedProcess:
     environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")}
     command = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments, "--engine", engine]
@@ -253,10 +280,10 @@ def test_spark_streaming_releases_the_local_engines_values(spark, tmp_path, case
 
     single = case.startswith("one stream")
     keys = ["count"] if single else KEYS[:6]
-    frame = _dated(_events(8, keys=None if single else keys, steps=10, rows=150), how="text")
+    frame = _dated(_events(8, keys=None if single else keys, steps=DAYS, rows=120), how="text")
     (tmp_path / "in").mkdir()
     (tmp_path / "clock").mkdir()
-    for day in range(1, 11):  # a day's events in one file, and a tick saying that the day is over
+    for day in range(1, DAYS + 1):  # a day's events in one file, and a tick saying that the day is over
         mine = frame[frame["day"] == (START + timedelta(days=day - 1)).isoformat()]
         path = tmp_path / "in" / f"day{day:03d}.csv"
         mine.to_csv(path, index=False)
@@ -274,20 +301,25 @@ def test_spark_streaming_releases_the_local_engines_values(spark, tmp_path, case
     else:
         options |= {"key_column": "country", "privacy_unit": "user-step", "max_keys": 2, "user_column": "uid"}
         options["invalid"] = "clamp"
-    with pytest.warns(UserWarning, match="seeded"):
-        released = private_running_counts_stream(events, clock=clock, generator=NoiseGenerator.from_seed(4), **options)
-    query = (
-        released.writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")  # one state partition for the query's one shard
+    try:
+        with pytest.warns(UserWarning, match="seeded"):
+            released = private_running_counts_stream(events, clock=clock, generator=NoiseGenerator.from_seed(4), **options)
+        query = (
+            released.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)
     got = spark.read.parquet(str(tmp_path / "out")).toPandas()
     order = {key: i for i, key in enumerate(keys)}
     got = got.assign(position=got["key"].map(order)).sort_values(["step", "position"]).drop(columns="position")
     with pytest.warns(UserWarning, match="seeded"):
-        local = local_engine.private_running_counts(frame, generator=NoiseGenerator.from_seed(4), through=10, **options)
-    assert list(got.columns) == list(local.columns) and len(local) == 10 * len(keys)
+        local = local_engine.private_running_counts(frame, generator=NoiseGenerator.from_seed(4), through=DAYS, **options)
+    assert list(got.columns) == list(local.columns) and len(local) == DAYS * len(keys)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), local, check_dtype=False)
