@@ -64,14 +64,15 @@ LOG = logging.getLogger("pure_dp_mf.spark")
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
 KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
 _MIN_SHARD = 64  # batch shards are spread over the cores, but not below this many keys (lockstep pays)
-API_NAMES = {name: name for name in ("key_column", "step_column", "value_column", "user_column", "invalid")}
-"""How a refusal names the column arguments and the invalid policy: the library's keywords."""
+API_NAMES = {name: name for name in ("key_column", "step_column", "value_column", "user_column", "invalid", "max_value")}
+"""How a refusal names the column arguments, the invalid policy and m: the library's keywords."""
 CLI_FLAGS = {
     "key_column": "--key-column",
     "step_column": "--step-column",
     "value_column": "--column",
     "user_column": "--user-column",
     "invalid": "--invalid",
+    "max_value": "--max-value",
 }
 """The same, as ``count --engine spark`` names them: its flags."""
 
@@ -529,7 +530,7 @@ def _refuse_invalid(table, *, max_value: int, columns: dict, flags: dict, dates:
             "are not ISO dates or timestamps (in the time zone of start, or none)" if dates else "are not integers",
         ),
         "value": ("value_column", "are not integers"),
-        "outside": ("value_column", f"are outside [0, {max_value}] (max_value)"),
+        "outside": ("value_column", f"are outside [0, {max_value}] ({flags.get('max_value', 'max_value')})"),
         "user": ("user_column", "have an empty user id (every event needs its user for the contribution bounds)"),
     }
     kind = next(name for name in kinds if counts[name])
