@@ -212,8 +212,8 @@ def test_spark_streaming_refuses_on_the_driver_what_the_local_engine_refuses(spa
             private_running_counts_stream(events, **{**options, **more})
 
 
-def _run(arguments: list[str], *, engine: str) -> subprocess.CompletedProcess:
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")}
+def _run(arguments: list[str], *, engine: str, **settings: str) -> subprocess.CompletedProcess:
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")} | settings
     command = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments, "--engine", engine]
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
 
@@ -254,6 +254,26 @@ def test_count_engine_spark_writes_the_local_bytes_with_dates_one_stream_and_the
             on_spark = pq.read_table(outputs["spark"])  # a folder of one file per shard: here one
             assert local.column_names == on_spark.column_names == ["step", "date", "count", "std", "lower", "upper"]
             assert on_spark.to_pylist() == local.to_pylist() and local.num_rows == 30
+
+
+def test_count_engine_spark_refuses_the_units_options_before_spark_starts(tmp_path):
+    """--privacy-unit step with --key-column, user-step with several keys and no --max-keys: the
+    local engine's error line, before a JVM starts (a master that cannot start would say so)."""
+    (tmp_path / "keys.txt").write_text("de\nfr\n")
+    (tmp_path / "events.csv").write_text("uid,country,day\nu1,de,2025-01-01\n")
+    arguments = ["count", str(tmp_path / "events.csv"), "--key-column", "country", "--keys", str(tmp_path / "keys.txt")]
+    arguments += ["--step-column", "day", "--start", "2025-01-01", "--epsilon", "1", "--horizon", "4"]
+    cases = {
+        "it is for one stream": ["--privacy-unit", "step"],
+        "user-step with several keys needs --max-keys": ["--privacy-unit", "user-step", "--user-column", "uid"],
+    }
+    for message, more in cases.items():
+        for engine in ("local", "spark"):
+            output = ["--output", str(tmp_path / f"{engine}.csv")]
+            finished = _run([*arguments, *more, *output], engine=engine, PURE_DP_MF_SPARK_MASTER="no-such-master")
+            errors = [line for line in finished.stderr.splitlines() if line.startswith("error:")]
+            assert finished.returncode == 2 and len(errors) == 1 and message in errors[0], finished.stderr[-3000:]
+            assert "Traceback" not in finished.stderr and not (tmp_path / f"{engine}.csv").exists()
 
 
 @pytest.mark.slow

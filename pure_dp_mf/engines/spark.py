@@ -1366,8 +1366,8 @@ def count_file_on_spark(
     output = None if output is None else Path(output)
     _check_output(output, output_format)
     generator = rng if rng is not None else NoiseGenerator.secure()
-    template = KeyedCounters(
-        keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
+    template = KeyedCounters(  # two keys: the unit's checks that count keys refuse here, before Spark starts
+        keys=keys[:2], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
     )
     summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark", "invalid": invalid}
     summary["seeded"] = generator.seeded
