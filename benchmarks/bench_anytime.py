@@ -148,13 +148,13 @@ def throughput(n: int, repeats: int) -> tuple[float, float]:
         for name in ("anytime", "known"):
             rng = NoiseGenerator.secure()
             if name == "anytime":
-                counter = ContinualCounter.anytime(epsilon=1.0, rng=rng)
+                counter = ContinualCounter.anytime(epsilon=1.0, generator=rng)
                 schedule, index = counter.mechanism.schedule, 0
                 while schedule.first(index) < n:  # set-up, not timed: the segments' mechanisms (public)
                     counter.mechanism.segment_mechanism(index)
                     index += 1
             else:
-                counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=n, rng=rng)
+                counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=n, generator=rng)
             start = time.perf_counter()
             for first in range(0, n, 1 << 16):
                 counter.counts(bits[first : first + (1 << 16)])

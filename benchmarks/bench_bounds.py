@@ -82,7 +82,7 @@ def measure(active: np.ndarray, *, unit: str, bound: int, runs: int, epsilon: fl
     errors = []
     for run in range(runs):
         counters = KeyedCounters(
-            keys=["k"], epsilon=epsilon, horizon=days, max_value=1, rng=NoiseGenerator.from_seed(seed + run), **options
+            keys=["k"], epsilon=epsilon, horizon=days, max_value=1, generator=NoiseGenerator.from_seed(seed + run), **options
         )
         released = np.array([int(counts[0]) for _, counts, *_ in run_keyed(counters, iter(events), through=days)])
         assert len(events) - counters.dropped["over_bounds"] == kept.sum(), "the bounder's count differs from the run's"

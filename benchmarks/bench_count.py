@@ -93,7 +93,7 @@ def library_rates(base: Path, n: int, repeats: int) -> tuple[float, float]:
     )
     exact, floating = [], []
     for _ in range(repeats):
-        counter = ContinualCounter(epsilon=1.0, mechanism=mechanism, rng=NoiseGenerator.secure())
+        counter = ContinualCounter(epsilon=1.0, mechanism=mechanism, generator=NoiseGenerator.secure())
         started = time.perf_counter()
         for start in range(0, n, CHUNK):
             counter.counts(x[start : start + CHUNK])

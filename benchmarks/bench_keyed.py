@@ -121,7 +121,7 @@ def throughput(keys: int, steps: int, *, lockstep: bool = True, repeats: int = 1
             lattice.fill_pages = lambda sources, **where: None
         for _ in range(repeats):
             start = time.perf_counter()
-            counters = KeyedCounters(keys=names, epsilon=1.0, horizon=steps, base=base, rng=NoiseGenerator.from_seed(0))
+            counters = KeyedCounters(keys=names, epsilon=1.0, horizon=steps, base=base, generator=NoiseGenerator.from_seed(0))
             setups.append(time.perf_counter() - start)
             start = time.perf_counter()
             for _ in range(steps):
@@ -560,7 +560,7 @@ import numpy as np
 from pure_dp_mf.engines.keyed import KeyedCounters
 from pure_dp_mf.engines.generator import NoiseGenerator
 keys, steps = int(sys.argv[1]), int(sys.argv[2])
-counters = KeyedCounters(keys=[f"key{i}" for i in range(keys)], epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(0))
+counters = KeyedCounters(keys=[f"key{i}" for i in range(keys)], epsilon=1.0, horizon=steps, generator=NoiseGenerator.from_seed(0))
 zeros = np.zeros(keys, dtype=np.int64)
 for _ in range(steps):
     counters.release(zeros)

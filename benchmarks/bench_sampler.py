@@ -71,7 +71,7 @@ else:
     from pure_dp_mf.engines.continual import ContinualCounter
     from pure_dp_mf.engines.generator import NoiseGenerator
     x = (np.random.default_rng(0).random(n) < 0.3).astype(np.int64)
-    counter = ContinualCounter(epsilon=1.0, mechanism=mechanism, rng=NoiseGenerator.from_seed(7))
+    counter = ContinualCounter(epsilon=1.0, mechanism=mechanism, generator=NoiseGenerator.from_seed(7))
     released = []
     started = time.process_time()
     for start in range(0, n, 1 << 16):

@@ -3,7 +3,7 @@
 
 For every n = 10^min … 10^max (``--min-exponent`` 4, ``--max-exponent`` 8; a fresh worker
 process per n, so that peak memory is per n), two mechanisms for horizon n run through the same
-engine, ``ContinualCounter(epsilon=1, mechanism=…, rng=NoiseGenerator.secure())``:
+engine, ``ContinualCounter(epsilon=1, mechanism=…, generator=NoiseGenerator.secure())``:
 
 * ours: ``mechanisms.mechanism.lifted(base=…, horizon=n)``, the lifted base (p levels);
 * tree: ``mechanisms.mechanism.tree(mechanism="binary", horizon=n)`` (``--tree``, ``--arity``:
@@ -153,7 +153,7 @@ def worker(arguments: argparse.Namespace) -> dict:
     tree = mechanisms.tree(mechanism=arguments.tree, horizon=n, arity=arguments.arity)
     bits = np.random.default_rng(1).random(CHUNK) < 0.5
     record: dict = {"n": n, "levels": ours.decoder.levels, "tree": tree.name, "tree_sensitivity": float(tree.sensitivity)}
-    ContinualCounter(epsilon=1.0, mechanism=ours, rng=NoiseGenerator.secure())
+    ContinualCounter(epsilon=1.0, mechanism=ours, generator=NoiseGenerator.secure())
     baseline = rss_mib()
 
     def batch(item) -> None:
@@ -168,8 +168,8 @@ def worker(arguments: argparse.Namespace) -> dict:
         for value in values:
             item.update(value)
 
-    make_ours = lambda: ContinualCounter(epsilon=1.0, mechanism=ours, rng=NoiseGenerator.secure())  # noqa: E731
-    make_tree = lambda: ContinualCounter(epsilon=1.0, mechanism=tree, rng=NoiseGenerator.secure())  # noqa: E731
+    make_ours = lambda: ContinualCounter(epsilon=1.0, mechanism=ours, generator=NoiseGenerator.secure())  # noqa: E731
+    make_tree = lambda: ContinualCounter(epsilon=1.0, mechanism=tree, generator=NoiseGenerator.secure())  # noqa: E731
     runs = 1 if n >= 10**7 else arguments.repeats
     record["ours_batch"], record["ours_batch_cpu"] = median_rates(make_ours, batch, n, runs)
     record["ours_peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - baseline

@@ -71,13 +71,13 @@ def test_release_is_the_sum_of_each_segments_own_counter():
     steps under the child generator "anytime segment s"; release = earlier finals + own count."""
     rng = NoiseGenerator.from_seed(5)
     x = np.random.default_rng(1).integers(0, 2, 150)
-    counter = ContinualCounter(epsilon=0.7, mechanism=_small(), rng=rng)
+    counter = ContinualCounter(epsilon=0.7, mechanism=_small(), generator=rng)
     released = np.concatenate([counter.counts(x[:3]), counter.counts(x[3:40]), counter.counts(x[40:])])
     expected, carried, start, index = [], 0, 0, 0
     while start < len(x):
         segment = SMALL.segment(index)
         mechanism = anytime._segment_mechanism(segment)
-        own = ContinualCounter(epsilon=0.7, mechanism=mechanism, rng=rng.child(f"anytime segment {index}"))
+        own = ContinualCounter(epsilon=0.7, mechanism=mechanism, generator=rng.child(f"anytime segment {index}"))
         stop = min(start + segment.length, len(x))
         counts = own.counts(x[start:stop])
         expected.extend(carried + counts)
@@ -108,7 +108,7 @@ def test_two_release_release_combines_each_segments_counter_and_total():
     rng = NoiseGenerator.from_seed(8)
     epsilon = 0.7
     x = np.random.default_rng(2).integers(0, 2, 120)
-    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), rng=rng)
+    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), generator=rng)
     released = np.concatenate([counter.counts(x[:5]), counter.counts(x[5:50]), counter.counts(x[50:])])
     expected, carried, start, index = [], 0, 0, 0
     while start < len(x):
@@ -116,7 +116,7 @@ def test_two_release_release_combines_each_segments_counter_and_total():
         share = segment.counter_share()
         mechanism = anytime._segment_mechanism(segment)
         own = ContinualCounter(
-            epsilon=float(Fraction(epsilon) * share), mechanism=mechanism, rng=rng.child(f"anytime segment {index}")
+            epsilon=float(Fraction(epsilon) * share), mechanism=mechanism, generator=rng.child(f"anytime segment {index}")
         )
         stop = min(start + segment.length, len(x))
         counts = own.counts(x[start:stop])
@@ -140,7 +140,7 @@ def test_two_release_error_bars_add_the_scaled_parts():
     from pure_dp_mf.release.error_bars import dlap_variance
 
     epsilon = 0.5
-    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), rng=NoiseGenerator.from_seed(2))
+    counter = ContinualCounter(epsilon=epsilon, mechanism=_small(TWO), generator=NoiseGenerator.from_seed(2))
     bars = counter.bars(0, 200, beta=0.05)
     expected, carried, start, index = [], 0.0, 0, 0
     while start < 200:
@@ -149,7 +149,7 @@ def test_two_release_error_bars_add_the_scaled_parts():
             ContinualCounter(
                 epsilon=float(Fraction(epsilon) * segment.counter_share()),
                 mechanism=anytime._segment_mechanism(segment),
-                rng=NoiseGenerator.from_seed(3),
+                generator=NoiseGenerator.from_seed(3),
             )
             .bars(0, segment.length, beta=0.05)
             .std
@@ -171,7 +171,7 @@ def test_two_release_error_bars_add_the_scaled_parts():
 
 
 def test_error_bars_equal_the_profile_variances_and_errors_their_max_and_mean():
-    counter = ContinualCounter(epsilon=0.5, mechanism=_small(), rng=NoiseGenerator.from_seed(2))
+    counter = ContinualCounter(epsilon=0.5, mechanism=_small(), generator=NoiseGenerator.from_seed(2))
     bars = counter.bars(0, 300, beta=0.05)
     variances = anytime.variances(schedule=SMALL, n=300, epsilon=0.5)
     assert np.allclose(bars.std**2, variances, rtol=1e-9)
@@ -203,8 +203,8 @@ def test_intervals_cover_at_the_promised_rate(schedule):
 
 def test_a_resumed_anytime_counter_releases_what_an_uninterrupted_one_would(tmp_path):
     x = np.random.default_rng(4).integers(0, 2, 90)
-    whole = ContinualCounter(epsilon=1.0, mechanism=_small(), rng=NoiseGenerator.from_seed(9)).counts(x)
-    first = ContinualCounter(epsilon=1.0, mechanism=_small(), rng=NoiseGenerator.from_seed(9))
+    whole = ContinualCounter(epsilon=1.0, mechanism=_small(), generator=NoiseGenerator.from_seed(9)).counts(x)
+    first = ContinualCounter(epsilon=1.0, mechanism=_small(), generator=NoiseGenerator.from_seed(9))
     first.save_state(tmp_path / "c.db")
     head = first.counts(x[:20])
     first.close()
@@ -219,9 +219,9 @@ def test_extending_a_counter_keeps_every_released_value_and_goes_on(tmp_path):
     base = tmp_path / "k004.npz"
     Factorization.load(resources.BASE_FOLDER / "k004_maxse.npz").save(base, store_decoder=False)
     x = np.random.default_rng(6).integers(0, 2, 80)
-    plain = ContinualCounter(epsilon=1.0, base=base, horizon=20, rng=NoiseGenerator.from_seed(3))
+    plain = ContinualCounter(epsilon=1.0, base=base, horizon=20, generator=NoiseGenerator.from_seed(3))
     reference = plain.counts(x[:20])
-    counter = ContinualCounter(epsilon=1.0, base=base, horizon=20, rng=NoiseGenerator.from_seed(3))
+    counter = ContinualCounter(epsilon=1.0, base=base, horizon=20, generator=NoiseGenerator.from_seed(3))
     counter.save_state(tmp_path / "c.db")
     assert counter.counts(x[:12]).tolist() == reference[:12].tolist()
     with pytest.raises(InvalidInputError, match="horizon"):
@@ -234,7 +234,7 @@ def test_extending_a_counter_keeps_every_released_value_and_goes_on(tmp_path):
     resumed = ContinualCounter.resume(tmp_path / "c.db")
     assert resumed.horizon is None and resumed.mechanism.kind == "anytime"
     more = resumed.counts(x[60:])
-    again = ContinualCounter(epsilon=1.0, base=base, horizon=20, rng=NoiseGenerator.from_seed(3))
+    again = ContinualCounter(epsilon=1.0, base=base, horizon=20, generator=NoiseGenerator.from_seed(3))
     again.extend_horizon()
     assert again.counts(x).tolist() == [*reference.tolist()[:12], *go_on.tolist(), *more.tolist()]
     schedule = resumed.mechanism.schedule
@@ -244,12 +244,12 @@ def test_extending_a_counter_keeps_every_released_value_and_goes_on(tmp_path):
 
 
 def test_counter_without_a_horizon_and_the_command(tmp_path):
-    with Counter(epsilon=1.0, rng=NoiseGenerator.from_seed(1), state=tmp_path / "s.db") as counter:
+    with Counter(epsilon=1.0, generator=NoiseGenerator.from_seed(1), state=tmp_path / "s.db") as counter:
         assert counter.counter.horizon is None and counter.mechanism.startswith("anytime")
         releases = counter.release([1, 0, 1])
         assert releases.std is not None and len(releases.lower) == 3
     with pytest.raises(InvalidInputError, match="anytime"):
-        Counter(epsilon=1.0, mechanism="binary", rng=NoiseGenerator.from_seed(1))
+        Counter(epsilon=1.0, mechanism="binary", generator=NoiseGenerator.from_seed(1))
     data = tmp_path / "bits.txt"
     data.write_text("1\n0\n1\n1\n" * 10)
     result = run_cli("count", str(data), "--epsilon", "1", "--seed", "3", "--format", "csv")
@@ -280,13 +280,13 @@ def test_tiny_anytime_instance_is_exactly_epsilon_dp(tmp_path):
     schedule = Schedule(metric="maxse", segments=segments, growth=2)  # steps 1 … 3: the three one-step segments
     epsilon = Fraction(1)
     rng = NoiseGenerator.from_seed(11)
-    counter = ContinualCounter(epsilon=float(epsilon), mechanism=AnytimeMechanism(schedule=schedule), rng=rng)
+    counter = ContinualCounter(epsilon=float(epsilon), mechanism=AnytimeMechanism(schedule=schedule), generator=rng)
     noise = counter.counts([0, 0, 0]).tolist()
     g = counter.mechanism.segment_mechanism(0).atoms.grid_bits
     own = []
     for index in range(3):
         generator = segmented.segment_generator(rng, index, schedule)
-        single = ContinualCounter(epsilon=float(epsilon), mechanism=mechanisms.lifted(base=path, horizon=1), rng=generator)
+        single = ContinualCounter(epsilon=float(epsilon), mechanism=mechanisms.lifted(base=path, horizon=1), generator=generator)
         Y = single.lattice_sources[0].integers(0, 1, 1)[0]
         own.append(round_half_up(Fraction(4, 3) * Fraction(Y, 2**g)))
     assert noise == [own[0], own[0] + own[1], own[0] + own[1] + own[2]]
@@ -363,14 +363,14 @@ def test_tiny_two_release_segment_is_exactly_epsilon_dp(tmp_path):
     )
     schedule = Schedule(metric="maxse", segments=segments, growth=2)
     rng = NoiseGenerator.from_seed(12)
-    counter = ContinualCounter(epsilon=float(epsilon), mechanism=AnytimeMechanism(schedule=schedule), rng=rng)
+    counter = ContinualCounter(epsilon=float(epsilon), mechanism=AnytimeMechanism(schedule=schedule), generator=rng)
     noise = counter.counts([0, 0]).tolist()
     g = counter.mechanism.segment_mechanism(0).atoms.grid_bits
 
     def own(index: int, share: Fraction) -> int:
         generator = segmented.segment_generator(rng, index, schedule)
         single = ContinualCounter(
-            epsilon=float(epsilon * share), mechanism=mechanisms.lifted(base=path, horizon=1), rng=generator
+            epsilon=float(epsilon * share), mechanism=mechanisms.lifted(base=path, horizon=1), generator=generator
         )
         return round_half_up(Fraction(4, 3) * Fraction(single.lattice_sources[0].integers(0, 1, 1)[0], 2**g))
 
@@ -438,7 +438,7 @@ def test_keyed_counts_without_a_horizon_release_the_public_schedule(tmp_path):
     assert event.returncode == 0, event.stderr
     table = [line.split(",") for line in event.stdout.splitlines()[1:]]
     assert [(key, int(step)) for key, step, *_ in table] == [(k, s) for s in range(1, 51) for k in ("de", "fr")]
-    single = ContinualCounter(epsilon=1.0, mechanism=anytime.anytime(metric="maxse"), rng=NoiseGenerator.from_seed(1))
+    single = ContinualCounter(epsilon=1.0, mechanism=anytime.anytime(metric="maxse"), generator=NoiseGenerator.from_seed(1))
     expected = single.bars(0, 50, beta=0.05).std
     assert np.allclose([float(row[3]) for row in table[::2]], expected, rtol=1e-5)  # std printed to 6 digits
     user = run_cli(
@@ -462,10 +462,10 @@ def test_keyed_anytime_noise_is_each_segments_own_and_carried(tmp_path):
 
     rng = NoiseGenerator.from_seed(7)
     mechanism = _small()
-    counters = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=None, mechanism=mechanism, rng=rng)
+    counters = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=None, mechanism=mechanism, generator=rng)
     steps = 70
     stepwise = np.array([counters.release(np.zeros(2, dtype=np.int64)) for _ in range(steps)])
-    again = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=None, mechanism=_small(), rng=NoiseGenerator.from_seed(7))
+    again = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=None, mechanism=_small(), generator=NoiseGenerator.from_seed(7))
     counts, std, lower, upper = again.release_steps(
         np.zeros((2, steps), dtype=np.int64), start=0, totals=np.zeros(2, dtype=np.int64)
     )
@@ -492,9 +492,9 @@ def test_keyed_two_release_noise_is_each_keys_own_anytime_release():
     for unit, bounds, step_sensitivity in (("event", {}, 1), ("user", {"max_keys": 2, "max_per_key": 3}, 6)):
         rng = NoiseGenerator.from_seed(17)
         options = {"keys": ["a", "b"], "epsilon": 1.0, "horizon": None, "privacy_unit": unit, **bounds}
-        counters = KeyedCounters(mechanism=_small(TWO), rng=rng, **options)
+        counters = KeyedCounters(mechanism=_small(TWO), generator=rng, **options)
         stepwise = np.array([counters.release(np.zeros(2, dtype=np.int64)) for _ in range(steps)])
-        again = KeyedCounters(mechanism=_small(TWO), rng=NoiseGenerator.from_seed(17), **options)
+        again = KeyedCounters(mechanism=_small(TWO), generator=NoiseGenerator.from_seed(17), **options)
         counts, _, _, _ = again.release_steps(np.zeros((2, steps), dtype=np.int64), start=0, totals=np.zeros(2, dtype=np.int64))
         assert np.array_equal(counts.T, stepwise)
         for j, key in enumerate(["a", "b"]):

@@ -64,7 +64,7 @@ def test_counter_sensitivity_is_the_exact_norm_of_the_truncated_lift():
     for n in (12, 62):
         plan = lift_plan(base=exact, n=n, metric="maxse")
         R = explicit_lift(base=exact, levels=plan.levels, alphas=plan.alphas_exact, n=n)[1]
-        counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, metric="maxse", rng=_seeded(0))
+        counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, metric="maxse", generator=_seeded(0))
         assert counter.sensitivity == max_column_abs_sum_exact(R) == plan.sensitivity_exact
 
 
@@ -75,11 +75,11 @@ def test_float_upper_rounds_up():
 
 
 def test_counter_scale_is_the_rounded_up_exact_sensitivity(base_file):
-    counter = ContinualCounter(base=base_file, epsilon=0.7, horizon=5000, rng=_seeded(0))
+    counter = ContinualCounter(base=base_file, epsilon=0.7, horizon=5000, generator=_seeded(0))
     plan = lift_plan(base=Factorization.load(base_file), n=5000, metric="maxse")
     assert counter.sensitivity == plan.sensitivity_exact
     assert Fraction(counter.scale) >= counter.sensitivity / Fraction(0.7)
-    vector = ContinualCounter(base=base_file, epsilon=0.7, horizon=50, dimension=3, rng=_seeded(1))
+    vector = ContinualCounter(base=base_file, epsilon=0.7, horizon=50, dimension=3, generator=_seeded(1))
     assert vector.scale == float_upper(2 * vector.sensitivity / Fraction(0.7))
 
 
@@ -109,7 +109,7 @@ def test_noise_mean_and_variance_per_step():
     over the 2n statistics. Power: the same samples must be rejected when the claimed scale is off
     by 30% in either direction."""
     base, epsilon, n, runs = _grid_base(3, 0), 0.5, 40, 1500
-    counter = ContinualCounter(base=base, epsilon=epsilon, horizon=n, rng=_seeded(0))
+    counter = ContinualCounter(base=base, epsilon=epsilon, horizon=n, generator=_seeded(0))
     alphas = [float(a) for a in counter.mechanism.alphas]
     b = counter.scale
     engine = LiftedDecoder(decoder=base.dense()[0], alphas=alphas, rows=n)
@@ -137,10 +137,10 @@ def test_releases_by_step_and_by_batch_agree_and_are_integers(base_file):
     """(The releases against the dense exact lift: tests/test_lattice.py.)"""
     n = 300
     x = (np.random.default_rng(1).random(n) < 0.3).astype(int)
-    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, rng=_seeded(9))
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, generator=_seeded(9))
     released = [counter.update(int(v)) for v in x]
     assert all(type(v) is int for v in released)
-    batch = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, rng=_seeded(9))
+    batch = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, generator=_seeded(9))
     assert np.array_equal(np.concatenate([batch.counts(x[:17]), batch.counts(x[17:])]), released)
     assert counter.fallbacks == 0  # at n = 300 a float decision is essentially never too close to call
 
@@ -149,19 +149,19 @@ def test_every_tree_runs_through_the_counter_at_any_horizon():
     """Trees stream (no dense n×n matrix): a binary tree of horizon 10⁶ releases, and a fresh
     counter started at step 19 990 reads the same node noise as the one that ran there."""
     tree = mechanisms.tree(mechanism="binary", horizon=10**6)
-    counter = ContinualCounter(epsilon=1.0, mechanism=tree, rng=_seeded(3))
+    counter = ContinualCounter(epsilon=1.0, mechanism=tree, generator=_seeded(3))
     counter.counts(np.zeros(19_990, dtype=np.int64))
     tail = counter.counts(np.ones(10, dtype=np.int64))
-    fresh = ContinualCounter(epsilon=1.0, mechanism=tree, rng=_seeded(3))
+    fresh = ContinualCounter(epsilon=1.0, mechanism=tree, generator=_seeded(3))
     assert np.array_equal(tail, np.arange(1, 11) + fresh._release.noise(19_990, 20_000))
 
 
 def test_vector_counter(base_file):
     x = np.zeros((30, 3), dtype=int)
     x[np.arange(30), np.arange(30) % 3] = np.arange(30) % 2
-    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=30, dimension=3, rng=_seeded(2))
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=30, dimension=3, generator=_seeded(2))
     released = np.array([counter.update(row) for row in x])
-    again = ContinualCounter(base=base_file, epsilon=1.0, horizon=30, dimension=3, rng=_seeded(2)).counts(x)
+    again = ContinualCounter(base=base_file, epsilon=1.0, horizon=30, dimension=3, generator=_seeded(2)).counts(x)
     assert released.shape == (30, 3) and np.array_equal(released, again)
     noise_part = released - np.cumsum(x, axis=0)
     assert not np.array_equal(noise_part[:, 0], noise_part[:, 1])  # independent streams
@@ -179,8 +179,8 @@ def test_vector_counter(base_file):
     ],
 )
 def test_bad_values_change_nothing(base_file, bad, message):
-    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, rng=_seeded(4))
-    reference = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, rng=_seeded(4))
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, generator=_seeded(4))
+    reference = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, generator=_seeded(4))
     first = [counter.update(1), counter.update(0)]
     with pytest.raises(InvalidInputError, match=message):
         counter.update(bad)
@@ -189,7 +189,7 @@ def test_bad_values_change_nothing(base_file, bad, message):
 
 
 def test_vector_steps_with_two_ones_and_the_horizon(base_file):
-    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=3, dimension=2, rng=_seeded(4))
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=3, dimension=2, generator=_seeded(4))
     with pytest.raises(InvalidInputError, match="at most one"):
         counter.update([1, 1])
     counter.counts([[1, 0], [0, 1], [0, 0]])
@@ -204,20 +204,20 @@ def test_counts_are_exact_integers_beyond_int64():
     noise this large takes the exact route at every step, an exact solve per block.)"""
     m, n = 5 * 10**15, 2000
     base = ROOT / "base_factorizations" / "k016_maxse.npz"
-    counter = Counter(epsilon=1.0, horizon=n, max_value=m, base=base, rng=_seeded(5))
+    counter = Counter(epsilon=1.0, horizon=n, max_value=m, base=base, generator=_seeded(5))
     released = counter.release([m] * n)
     truth = [m * t for t in range(1, n + 1)]
     assert released.counts[-1] > 2**63 and released.counts.dtype == object
     assert all(low <= true <= high for low, true, high in zip(released.lower, truth, released.upper, strict=True))
-    big = Counter(epsilon=1.0, horizon=3, max_value=2**60, rng=_seeded(6))
+    big = Counter(epsilon=1.0, horizon=3, max_value=2**60, generator=_seeded(6))
     first = big.update(2**53 + 1)
-    again = Counter(epsilon=1.0, horizon=3, max_value=2**60, rng=_seeded(6)).update(0)
+    again = Counter(epsilon=1.0, horizon=3, max_value=2**60, generator=_seeded(6)).update(0)
     assert first.count - again.count == 2**53 + 1  # the same noise: the difference is the value, exactly
     assert 0 <= first.lower <= first.upper <= 2**60
 
 
 def test_a_closed_counter_releases_nothing(base_file, tmp_path):
-    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, rng=_seeded(4))
+    counter = ContinualCounter(base=base_file, epsilon=1.0, horizon=10, generator=_seeded(4))
     counter.update(1)
     counter.close()
     with pytest.raises(StateFileError, match="closed"):
@@ -243,7 +243,7 @@ def test_count_command_matches_the_library(base_file):
         input_text="\n".join(map(str, x)) + "\n",
     )
     assert result.returncode == 0, result.stderr
-    expected = ContinualCounter(base=base_file, epsilon=2.0, horizon=20, rng=_seeded(3)).counts(x)
+    expected = ContinualCounter(base=base_file, epsilon=2.0, horizon=20, generator=_seeded(3)).counts(x)
     assert [int(line) for line in result.stdout.splitlines()] == expected.tolist()
 
 
@@ -276,13 +276,13 @@ def test_a_bad_file_is_refused_before_any_release(base_file, tmp_path, text, mes
     )
     assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
     assert f"error: {message}" in result.stderr.splitlines()[-1]
-    assert Counter(epsilon=1.0, horizon=3, base=base_file, rng=_seeded(1), state=tmp_path / "s.db").released == 0
+    assert Counter(epsilon=1.0, horizon=3, base=base_file, generator=_seeded(1), state=tmp_path / "s.db").released == 0
 
 
 def test_a_stream_follows_its_invalid_policy(base_file):
     """On standard input an invalid line counts as 0 by default (the policy in the metadata),
     clamped with --invalid clamp, or stops the run with --invalid stop (not private)."""
-    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=5, rng=_seeded(1)).counts([1, 0, 1, 1, 0])
+    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=5, generator=_seeded(1)).counts([1, 0, 1, 1, 0])
     command = ["count", "--epsilon", "1", "--horizon", "5", "--base", str(base_file), "--seed", "1"]
     zero = run_cli(*command, "--format", "jsonl", input_text="1\nx\n1\n1\n0\n")
     assert zero.returncode == 0 and '"invalid": "zero"' in zero.stdout.splitlines()[0]
@@ -360,7 +360,7 @@ def test_kill_9_and_restart_loses_and_repeats_nothing(base_file, tmp_path):
         process.wait()
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 0, finished.stderr
-    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, rng=_seeded(12)).counts(values)
+    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=n, generator=_seeded(12)).counts(values)
     assert [int(line) for line in output.read_text().splitlines()] == expected.tolist()
 
 
@@ -386,7 +386,7 @@ def test_an_output_short_of_the_state_is_completed_from_it(base_file, tmp_path, 
         "--output",
         str(tmp_path / "out.txt"),
     ]
-    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=12, rng=_seeded(4)).counts(values).tolist()
+    expected = ContinualCounter(base=base_file, epsilon=1.0, horizon=12, generator=_seeded(4)).counts(values).tolist()
     (tmp_path / "in.txt").write_text("\n".join(map(str, values[:10])) + "\n")
     assert run_cli(*arguments).returncode == 0
     lines = (tmp_path / "out.txt").read_text().splitlines()
@@ -415,10 +415,12 @@ def test_counter_from_a_certificate_binds_the_base_and_rechecks_its_sensitivity(
     from pure_dp_mf.certificates.certify import ClaimFailedError
     from pure_dp_mf.resources import BASE_FOLDER, CERTIFICATE_FOLDER
 
-    counter = ContinualCounter.from_certificate(CERTIFICATE_FOLDER / "k004_maxse.json", epsilon=1.0, horizon=50, rng=_seeded(0))
+    counter = ContinualCounter.from_certificate(
+        CERTIFICATE_FOLDER / "k004_maxse.json", epsilon=1.0, horizon=50, generator=_seeded(0)
+    )
     assert counter.mechanism.record["certificate"] == str((CERTIFICATE_FOLDER / "k004_maxse.json").resolve())
     assert counter.mechanism.record["base"] == str((BASE_FOLDER / "k004_maxse.npz").resolve())
-    direct = ContinualCounter(base=BASE_FOLDER / "k004_maxse.npz", epsilon=1.0, horizon=50, rng=_seeded(0))
+    direct = ContinualCounter(base=BASE_FOLDER / "k004_maxse.npz", epsilon=1.0, horizon=50, generator=_seeded(0))
     x = np.ones(50, dtype=int)
     assert np.array_equal(counter.counts(x), direct.counts(x)) and counter.sensitivity == direct.sensitivity
     (tmp_path / "certificates").mkdir()
@@ -434,7 +436,7 @@ def test_counter_from_a_certificate_binds_the_base_and_rechecks_its_sensitivity(
 def test_a_seeded_counter_warns_in_the_library():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        Counter(epsilon=1.0, horizon=5, rng=_seeded(1))
+        Counter(epsilon=1.0, horizon=5, generator=_seeded(1))
     assert any("seeded noise" in str(warning.message) for warning in caught)
 
 
@@ -442,10 +444,10 @@ def test_update_one_step_at_a_time_is_the_batch_release_with_the_same_state(tmp_
     """``update`` takes a short path for one count (no batch machinery): the same releases, the
     same journal rows and progress as ``counts`` of the same steps, and the same errors."""
     x = [int(v) for v in np.random.default_rng(8).integers(0, 4, 300)]
-    batch = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, rng=_seeded(21))
+    batch = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, generator=_seeded(21))
     batch.save_state(tmp_path / "batch.db")
     expected = batch.counts(x).tolist()
-    single = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, rng=_seeded(21))
+    single = ContinualCounter.for_horizon(epsilon=1.0, horizon=400, max_value=3, generator=_seeded(21))
     single.save_state(tmp_path / "single.db")
     got = [single.update(np.int64(v) if i % 2 else v) for i, v in enumerate(x)]
     assert got == expected and all(type(v) is int for v in got)

@@ -41,7 +41,9 @@ def _events() -> pd.DataFrame:
 
 def _keyed_rows(frame: pd.DataFrame, *, seed: int, user: bool = False, through: int = HORIZON, **options) -> pd.DataFrame:
     """The releases of ``KeyedCounters`` + ``run_keyed`` for the frame's events (sorted by step)."""
-    counters = KeyedCounters(keys=KEYS, epsilon=1.0, horizon=HORIZON, max_value=2, rng=NoiseGenerator.from_seed(seed), **options)
+    counters = KeyedCounters(
+        keys=KEYS, epsilon=1.0, horizon=HORIZON, max_value=2, generator=NoiseGenerator.from_seed(seed), **options
+    )
     ordered = frame.sort_values("day", kind="stable")
     events = [
         KeyedEvent(key=str(k), step=int(s), value=int(v), user=str(u) if user else None)

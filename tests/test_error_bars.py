@@ -29,7 +29,7 @@ def test_std_matches_the_empirical_spread_and_the_interval_covers():
     n, runs, beta = 120, 150, 0.2
     x = (np.random.default_rng(0).random(n) < 0.5).astype(int)
     mechanism = mechanisms.lifted(base=BASE, horizon=n)
-    counter = ContinualCounter(mechanism=mechanism, epsilon=0.7, rng=NoiseGenerator.from_seed(0))
+    counter = ContinualCounter(mechanism=mechanism, epsilon=0.7, generator=NoiseGenerator.from_seed(0))
     own = mechanism.release(generators=[NoiseGenerator.from_seed(0)], epsilon=0.7)
     assert (counter.counts(x) - np.cumsum(x)).tolist() == np.asarray(own.noise(0, n)).reshape(-1).tolist()
     noise = []
@@ -171,8 +171,8 @@ def test_a_blank_line_is_an_error_naming_it_after_the_lines_before_it():
 
 
 def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside(tmp_path):
-    one = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(1))
-    three = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, rng=NoiseGenerator.from_seed(2), max_value=3)
+    one = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, generator=NoiseGenerator.from_seed(1))
+    three = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, generator=NoiseGenerator.from_seed(2), max_value=3)
     assert three.step_sensitivity == 3 * one.step_sensitivity == 3
     levels = len(one.mechanism.alphas) + 1
     assert [3 * rate for rate in three.rates.levels(levels)] == one.rates.levels(levels)
@@ -183,7 +183,7 @@ def test_sums_with_a_max_value_scale_the_noise_exactly_and_refuse_values_outside
     for bad in (4, -1, 2.5):
         with pytest.raises(Exception, match="is not an integer from 0 to 3"):
             three.update(bad)
-    vector = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, dimension=2, rng=NoiseGenerator.from_seed(3), max_value=2)
+    vector = ContinualCounter(base=BASE, epsilon=1.0, horizon=50, dimension=2, generator=NoiseGenerator.from_seed(3), max_value=2)
     assert vector.step_sensitivity == 4  # a step's vector of ℓ1 norm ≤ 2 replaced by another
     vector.counts([[1, 1], [2, 0]])
     with pytest.raises(Exception, match="sum to 3"):
@@ -206,7 +206,7 @@ def test_auto_runs_the_mechanism_compare_ranks_best_with_its_errors(n):
     from pure_dp_mf.mechanisms.planner import comparison_rows
 
     best = comparison_rows(n=n, epsilon=0.5, sort_by="maxse")[0]
-    counter = ContinualCounter.for_horizon(epsilon=0.5, horizon=n, rng=NoiseGenerator.from_seed(1))
+    counter = ContinualCounter.for_horizon(epsilon=0.5, horizon=n, generator=NoiseGenerator.from_seed(1))
     assert counter.choice == best and counter.mechanism.record["certificate"] is not None
     # the counter's own MaxSE, from its exact rates and decoder: the largest variance of a release
     own = float(np.max(counter.bars(0, n, beta=0.05).std ** 2))
@@ -216,7 +216,7 @@ def test_auto_runs_the_mechanism_compare_ranks_best_with_its_errors(n):
 
 
 def test_auto_runs_a_tree_where_a_tree_wins_and_resumes_it(tmp_path):
-    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=2, rng=NoiseGenerator.from_seed(1))
+    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=2, generator=NoiseGenerator.from_seed(1))
     assert counter.choice.mechanism != "lifted" and counter.mechanism.kind == counter.choice.mechanism
     state = tmp_path / "s.json"
     first = run_cli("count", "--epsilon", "1", "--horizon", "2", "--seed", "3", "--state", str(state), input_text="1\n")
@@ -232,7 +232,7 @@ def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
     from pure_dp_mf import Counter
 
     values = [3, 0, 2, 1, 0, 3, 3, 1]
-    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6)) as whole:
+    with Counter(epsilon=1.0, horizon=100, max_value=3, generator=NoiseGenerator.from_seed(6)) as whole:
         expected = whole.update_many(values)
     assert [r.step for r in expected] == list(range(1, 9)) and whole.released == 8
     assert whole.mechanism.startswith("lifted base k128_")  # compare's best for n = 100
@@ -242,9 +242,9 @@ def test_the_counter_entry_point_releases_with_error_bars_and_resumes(tmp_path):
         assert min(0, release.count) <= release.lower and release.upper <= max(3 * release.step, release.count)
         assert release.lower <= true <= release.upper  # this seed
     state = tmp_path / "c.json"
-    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as first:
+    with Counter(epsilon=1.0, horizon=100, max_value=3, generator=NoiseGenerator.from_seed(6), state=state) as first:
         part = [first.update(v) for v in values[:5]]
-    with Counter(epsilon=1.0, horizon=100, max_value=3, rng=NoiseGenerator.from_seed(6), state=state) as again:
+    with Counter(epsilon=1.0, horizon=100, max_value=3, generator=NoiseGenerator.from_seed(6), state=state) as again:
         rest = again.update_many(values[5:])
     assert part + rest == expected
     with pytest.raises(Exception, match="beta"):

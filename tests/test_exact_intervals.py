@@ -53,7 +53,7 @@ def test_a_half_width_that_is_not_finite_is_refused():
 def test_keyed_intervals_are_exact_past_int64():
     from pure_dp_mf.engines.keyed import KeyedCounters
 
-    counters = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=4, max_value=10**18, rng=NoiseGenerator.from_seed(3))
+    counters = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=4, max_value=10**18, generator=NoiseGenerator.from_seed(3))
     counts = counters.release(np.array([1, 0]))
     std, lower, upper = counters.intervals(np.asarray(counts), start=0, beta=0.05)
     half = math.floor(Fraction(counters.bars(0, 1, beta=0.05).half_width[0]))
@@ -64,7 +64,7 @@ def test_keyed_intervals_are_exact_past_int64():
 
 def test_a_counter_with_a_huge_noise_keeps_its_interval():
     with pytest.warns(UserWarning, match="seeded"):
-        counter = Counter(epsilon=1e-20, horizon=10, rng=NoiseGenerator.from_seed(1))
+        counter = Counter(epsilon=1e-20, horizon=10, generator=NoiseGenerator.from_seed(1))
     release = counter.update(1)
     assert release.lower <= 1 <= release.upper  # this seed: the true count is inside
     assert release.upper - release.lower > 2**64

@@ -257,7 +257,7 @@ def test_corrupted_certificates(folder, data):
 @pytest.fixture(scope="module")
 def valid_state(folder):
     counter = ContinualCounter(
-        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, rng=NoiseGenerator.from_seed(3)
+        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, generator=NoiseGenerator.from_seed(3)
     )
     path = counter.save_state(folder / "valid_state.db")
     counter.counts([1, 0])
@@ -282,7 +282,7 @@ def test_corrupted_state_files(folder, valid_state, data):
 def state_in_place(folder):
     """A state at its own path, known to the registry: (path, its bytes, what it serves)."""
     counter = ContinualCounter(
-        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, rng=NoiseGenerator.secure()
+        base=folder / "base_factorizations" / BASE.name, epsilon=1.0, horizon=6, generator=NoiseGenerator.secure()
     )
     path = counter.save_state(folder / "in_place_state.db")
     counter.counts([1, 0])

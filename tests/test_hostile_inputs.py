@@ -302,7 +302,7 @@ def test_library_misuse_is_one_package_error():
         _bounded(lambda keys=keys: check_keys(keys))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        counter = Counter(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_seed(1))
+        counter = Counter(epsilon=1.0, horizon=8, generator=NoiseGenerator.from_seed(1))
     for values in (None, 5):
         _bounded(lambda values=values: counter.update_many(values))
     assert counter.released == 0

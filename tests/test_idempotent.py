@@ -58,7 +58,7 @@ def one_error_line(result: tuple[int, str, str], *needles: str) -> str:
 
 
 def counter(seed: int = 7, **options) -> Counter:
-    return Counter(epsilon=1.0, horizon=HORIZON, max_value=M, rng=NoiseGenerator.from_seed(seed), **options)
+    return Counter(epsilon=1.0, horizon=HORIZON, max_value=M, generator=NoiseGenerator.from_seed(seed), **options)
 
 
 def straight(values, seed: int = 7) -> list[Release]:
@@ -197,7 +197,7 @@ CRASH = textwrap.dedent(
     from pure_dp_mf import Counter
     from pure_dp_mf.engines.generator import NoiseGenerator
     values = [int(v) for v in sys.argv[3].split(",")]
-    counter = Counter(epsilon=1.0, horizon={horizon}, max_value={m}, state=sys.argv[1], rng=NoiseGenerator.from_seed(7))
+    counter = Counter(epsilon=1.0, horizon={horizon}, max_value={m}, state=sys.argv[1], generator=NoiseGenerator.from_seed(7))
     counter.update_many(values[:5])          # day 1
     released = counter.update_many(values[5:])  # day 2: released, then the job dies before it prints
     if sys.argv[2] == "exit":
@@ -348,8 +348,8 @@ def registry(tmp_path, monkeypatch):
 
 def test_counters_charge_their_budget_once_and_the_one_past_it_releases_nothing(tmp_path, registry):
     budget = Budget.create("b", epsilon=1.0, registry=registry)
-    one = Counter(epsilon=0.5, horizon=16, state=tmp_path / "one.db", rng=NoiseGenerator.from_seed(1), budget="b")
-    two = Counter(epsilon=0.5, horizon=16, rng=NoiseGenerator.from_seed(2), budget="b")  # no state: charged too
+    one = Counter(epsilon=0.5, horizon=16, state=tmp_path / "one.db", generator=NoiseGenerator.from_seed(1), budget="b")
+    two = Counter(epsilon=0.5, horizon=16, generator=NoiseGenerator.from_seed(2), budget="b")  # no state: charged too
     assert budget.spent == 0  # checked when made, charged with the first released step
     released = one.update_many([1, 0, 1])
     two.update_many([1])
@@ -358,7 +358,7 @@ def test_counters_charge_their_budget_once_and_the_one_past_it_releases_nothing(
     assert all("single counter" in spend.what for spend in budget.spends())
     assert any(str(tmp_path / "one.db") in spend.what for spend in budget.spends())
     with pytest.raises(BudgetError, match=r"budget 'b' .* refused, nothing released"):
-        Counter(epsilon=0.5, horizon=16, state=tmp_path / "three.db", rng=NoiseGenerator.from_seed(3), budget="b")
+        Counter(epsilon=0.5, horizon=16, state=tmp_path / "three.db", generator=NoiseGenerator.from_seed(3), budget="b")
     assert not (tmp_path / "three.db").exists()  # refused before its state was made
     with pytest.raises(BudgetError, match="asks ε = 1e-06"):
         Counter(epsilon=1e-6, horizon=16, budget="b")

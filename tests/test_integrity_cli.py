@@ -86,7 +86,7 @@ def test_releases_with_first_after_last_is_refused(tmp_path):
 @pytest.mark.parametrize("values", [None, 5, "101"])
 def test_extend_with_no_sequence_is_one_clear_error(values):
     with pytest.warns(UserWarning, match="seeded"):
-        counter = Counter(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_seed(1))
+        counter = Counter(epsilon=1.0, horizon=8, generator=NoiseGenerator.from_seed(1))
     with pytest.raises(InvalidInputError, match="sequence of steps' inputs"):
         counter.update_many(values)
     assert counter.released == 0

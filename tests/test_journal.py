@@ -30,7 +30,7 @@ BASE = BASE_FOLDER / "k008_maxse.npz"
 
 
 def _counter(rng: NoiseGenerator | None = None, horizon: int = 40) -> ContinualCounter:
-    return ContinualCounter(base=BASE, epsilon=1.0, horizon=horizon, rng=rng or NoiseGenerator.secure())
+    return ContinualCounter(base=BASE, epsilon=1.0, horizon=horizon, generator=rng or NoiseGenerator.secure())
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -69,7 +69,7 @@ def test_a_killed_holder_releases_the_lock_with_its_process(tmp_path):
             import sys, time
             from pure_dp_mf.engines.continual import ContinualCounter
             from pure_dp_mf.engines.generator import NoiseGenerator
-            counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, rng=NoiseGenerator.secure())
+            counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, generator=NoiseGenerator.secure())
             counter.save_state({str(path)!r})
             counter.counts([1, 1])
             print("ready", flush=True)
@@ -150,7 +150,7 @@ def test_a_moved_state_resumes_and_save_state_moves_it_for_good(tmp_path):
 
 
 def test_a_keyed_save_state_moves_the_lock_and_the_old_run_stops(tmp_path):
-    keyed = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=10, base=BASE, rng=NoiseGenerator.secure())
+    keyed = KeyedCounters(keys=["a", "b"], epsilon=1.0, horizon=10, base=BASE, generator=NoiseGenerator.secure())
     keyed.save_state(tmp_path / "one.db")
     keyed.release(np.array([1, 0]))
     keyed.save_state(tmp_path / "two.db")
@@ -174,7 +174,7 @@ def test_one_generator_feeds_one_counter_across_processes(tmp_path):
         from pure_dp_mf.engines.continual import ContinualCounter
         from pure_dp_mf.engines.generator import NoiseGenerator
         rng = NoiseGenerator.from_record({record!r})
-        counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, rng=rng)
+        counter = ContinualCounter(base={str(BASE)!r}, epsilon=1.0, horizon=40, generator=rng)
         counter.save_state({str(tmp_path / "second.db")!r})
         """)
     assert other.returncode != 0 and "already feeds another counter" in other.stderr

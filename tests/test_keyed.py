@@ -100,7 +100,7 @@ def test_bounder_keeps_each_users_first_keys_and_steps_and_depends_on_nothing_el
 
 
 def _counters(keys, **options) -> KeyedCounters:
-    return KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, rng=NoiseGenerator.from_seed(3), **options)
+    return KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, generator=NoiseGenerator.from_seed(3), **options)
 
 
 def test_every_key_has_its_own_noise_independent_of_the_key_list():
@@ -219,7 +219,7 @@ def test_releases_are_the_true_running_counts_plus_each_keys_noise():
         (KeyedEvent(keys[int(rng.integers(3))], int(step), int(rng.integers(0, 3))) for step in rng.integers(2, 40, 80)),
         key=lambda e: e.step,
     )
-    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(11))
+    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, generator=NoiseGenerator.from_seed(11))
     released = list(run_keyed(counters, events))
     last = events[-1].step
     truth = np.zeros((len(keys), last), dtype=np.int64)
@@ -234,10 +234,12 @@ def test_release_steps_from_given_totals_are_the_step_by_step_releases():
     rng = np.random.default_rng(3)
     keys = ["a", "b", "c"]
     increments = rng.integers(0, 3, size=(len(keys), 50))
-    one_by_one = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(4))
+    one_by_one = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, generator=NoiseGenerator.from_seed(4))
     expected = [one_by_one.release(increments[:, t]) for t in range(50)]
     bars = [one_by_one.intervals(counts, start=t, beta=0.05) for t, counts in enumerate(expected)]
-    at_once = KeyedCounters(keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, rng=NoiseGenerator.from_seed(4), chunk=7)
+    at_once = KeyedCounters(
+        keys=keys, epsilon=1.0, horizon=60, base=BASE, max_value=2, generator=NoiseGenerator.from_seed(4), chunk=7
+    )
     first = at_once.release_steps(increments[:, :20], start=0, totals=np.zeros(3, dtype=np.int64))
     second = at_once.release_steps(increments[:, 20:], start=20, totals=increments[:, :20].sum(axis=1))
     counts = np.concatenate([first[0], second[0]], axis=1)
@@ -289,9 +291,9 @@ def test_keyed_state_refuses_stale_copies_and_second_runs(tmp_path):
     with pytest.raises(RegistryError, match="lineage has released 1"):
         KeyedCounters.resume(tmp_path / "s.db", keys=["a", "b"], epsilon=1.0, horizon=60, base=BASE)
     generator = NoiseGenerator.secure()
-    KeyedCounters(keys=["a"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
+    KeyedCounters(keys=["a"], epsilon=1.0, horizon=60, base=BASE, generator=generator)
     with pytest.raises(InvalidInputError, match="already feeds another counter"):
-        KeyedCounters(keys=["b"], epsilon=1.0, horizon=60, base=BASE, rng=generator)
+        KeyedCounters(keys=["b"], epsilon=1.0, horizon=60, base=BASE, generator=generator)
 
 
 def test_count_keyed_parquet_in_and_out_match_csv(tmp_path):
@@ -364,7 +366,7 @@ def test_count_keyed_parquet_with_state_writes_each_step_once_across_crashes(tmp
 
 
 def _rows_released(events, *, keys=("FR", "DE"), **options) -> list[tuple[str, int]]:
-    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=12, base=BASE, rng=NoiseGenerator.from_seed(2), **options)
+    counters = KeyedCounters(keys=keys, epsilon=1.0, horizon=12, base=BASE, generator=NoiseGenerator.from_seed(2), **options)
     return [(key, step) for step, counts, *_ in run_keyed(counters, events) for key in counters.keys]
 
 
@@ -464,11 +466,11 @@ def test_every_route_through_the_bounds_refuses_an_empty_user():
                 bounder.admit(user, 0, 1, 1)  # type: ignore[arg-type]
         assert bounder.admit("u1", 0, 1, 1) == 1
     counters = KeyedCounters(
-        keys=["a"], epsilon=1.0, horizon=8, base=BASE, rng=NoiseGenerator.from_seed(1), privacy_unit="user-step"
+        keys=["a"], epsilon=1.0, horizon=8, base=BASE, generator=NoiseGenerator.from_seed(1), privacy_unit="user-step"
     )
     with pytest.raises(InvalidInputError, match="the user id is empty"):
         counters.admit(key="a", step=1, value=1, user="")
     whole_step = KeyedCounters(
-        keys=["a"], epsilon=1.0, horizon=8, base=BASE, rng=NoiseGenerator.from_seed(2), privacy_unit="step"
+        keys=["a"], epsilon=1.0, horizon=8, base=BASE, generator=NoiseGenerator.from_seed(2), privacy_unit="step"
     )
     assert whole_step.admit(key="a", step=1, value=1) == (0, 1)

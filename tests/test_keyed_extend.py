@@ -26,7 +26,7 @@ def _inputs(seed: int, steps: int, keys: int = len(KEYS)) -> np.ndarray:
 
 def _counters(*, seed: int = 3, keys=KEYS, **options) -> KeyedCounters:
     options = {"epsilon": 1.0, "horizon": N, **options}
-    return KeyedCounters(keys=keys, rng=NoiseGenerator.from_seed(seed), **options)
+    return KeyedCounters(keys=keys, generator=NoiseGenerator.from_seed(seed), **options)
 
 
 def _release(counters: KeyedCounters, inputs: np.ndarray) -> np.ndarray:
@@ -126,12 +126,12 @@ def test_an_extended_state_resumes_with_its_horizon_or_none(tmp_path):
     second = _release(counters, inputs[N : N + 3])
     counters.close()
     for horizon in (N, None):  # the horizon it was made with, or none: the state says it went on
-        resumed = KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=horizon, rng=NoiseGenerator.from_seed(3))
+        resumed = KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=horizon, generator=NoiseGenerator.from_seed(3))
         assert resumed.horizon is None and resumed.extended_from["horizon"] == N and resumed.released == N + 3
         resumed.close()
     with pytest.raises(StateFileError, match="horizon"):
-        KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=N + 1, rng=NoiseGenerator.from_seed(3))
-    resumed = KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=N, rng=NoiseGenerator.from_seed(3))
+        KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=N + 1, generator=NoiseGenerator.from_seed(3))
+    resumed = KeyedCounters.resume(state, keys=KEYS, epsilon=1.0, horizon=N, generator=NoiseGenerator.from_seed(3))
     third = _release(resumed, inputs[N + 3 :])
     resumed.close()
     assert np.array_equal(np.concatenate([first, second, third]), expected)

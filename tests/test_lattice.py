@@ -93,7 +93,7 @@ def test_release_is_the_exact_rounding_of_the_dense_lift():
     and w_i = c_i·Y_i, c_i the lattice of row i of R_p; and R_p's rows lie on those lattices."""
     base = _grid_base(4, 1)
     n = 120
-    counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, rng=NoiseGenerator.from_seed(9))
+    counter = ContinualCounter(base=base, epsilon=1.0, horizon=n, generator=NoiseGenerator.from_seed(9))
     x = (np.random.default_rng(1).random(n) < 0.4).astype(int)
     released = counter.counts(x)
     alphas = list(counter.mechanism.alphas)
@@ -431,7 +431,7 @@ def test_noise_beyond_float_precision_is_decided_exactly_without_the_solve(monke
     monkeypatch.setattr(ExactDecoder, "exact_rows", no_solve)
     base = _grid_base(4, 2)
     n = 40
-    counter = ContinualCounter(base=base, epsilon=2.0**-exponent, horizon=n, rng=NoiseGenerator.from_seed(11))
+    counter = ContinualCounter(base=base, epsilon=2.0**-exponent, horizon=n, generator=NoiseGenerator.from_seed(11))
     x = (np.random.default_rng(3).random(n) < 0.5).astype(int)
     released = counter.counts(x)
     source = counter.lattice_sources[0]

@@ -151,7 +151,7 @@ def test_keyed_counters_record_the_keyed_step_digest(ledger_url):
     from pure_dp_mf.engines.keyed import KeyedCounters
 
     rng = NoiseGenerator.secure()
-    counters = KeyedCounters(keys=["de", "fr"], epsilon=1.0, horizon=4, rng=rng, _lineage="L-digest")
+    counters = KeyedCounters(keys=["de", "fr"], epsilon=1.0, horizon=4, generator=rng, _lineage="L-digest")
     counters.release(np.array([2, 0]))
     name = counters._guard.name
     expected = keyed_step_digest(rng.key, step=0, keys=["de", "fr"], values=[2, 0])
@@ -167,7 +167,7 @@ import sys
 from pure_dp_mf import Counter
 from pure_dp_mf.engines.generator import NoiseGenerator
 generator = NoiseGenerator.from_key_file(sys.argv[1], query=sys.argv[2])
-counter = Counter(epsilon=1.0, horizon=8, rng=generator)
+counter = Counter(epsilon=1.0, horizon=8, generator=generator)
 print([release.count for release in counter.update_many([int(v) for v in sys.argv[3]])])
 """
 
@@ -218,7 +218,7 @@ def test_a_generator_record_sent_to_two_processes_cannot_count_two_inputs(ledger
     import json, sys
     from pure_dp_mf.engines.continual import ContinualCounter
     from pure_dp_mf.engines.generator import NoiseGenerator
-    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=NoiseGenerator.from_record(json.loads({record!r})))
+    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, generator=NoiseGenerator.from_record(json.loads({record!r})))
     print(counter.counts([int(v) for v in sys.argv[1]]).tolist())
     """
     one = subprocess.run([sys.executable, "-c", textwrap.dedent(script), "110"], capture_output=True, text=True, cwd=ROOT)
@@ -300,7 +300,7 @@ def test_two_users_sharing_one_ledger_cannot_reuse_a_key_file_or_a_record(ledger
     from pure_dp_mf.engines.continual import ContinualCounter
     from pure_dp_mf.engines.generator import NoiseGenerator
     rng = NoiseGenerator.from_record(json.loads({json.dumps(record)!r}))
-    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 1]).tolist())
+    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, generator=rng).counts([0, 1]).tolist())
     """
     by_record = python(script, env=homes[1])
     assert by_record.returncode != 0 and by_record.stdout == "" and "of the publication 'alice-job'" in by_record.stderr
@@ -452,7 +452,7 @@ def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledg
     from pure_dp_mf.engines.generator import NoiseGenerator
 
     rng = NoiseGenerator.secure()
-    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng)
+    counter = ContinualCounter.for_horizon(epsilon=1.0, horizon=8, generator=rng)
     counter.counts([1, 0, 1])
     record = json.dumps(rng.to_record())  # sent to another process now
     script = f"""
@@ -460,7 +460,7 @@ def test_a_key_sent_away_after_its_counter_released_bars_the_steps_released(ledg
     from pure_dp_mf.engines.continual import ContinualCounter
     from pure_dp_mf.engines.generator import NoiseGenerator
     rng = NoiseGenerator.from_record(json.loads({record!r}))
-    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, rng=rng).counts([0, 0]).tolist())
+    print(ContinualCounter.for_horizon(epsilon=1.0, horizon=8, generator=rng).counts([0, 0]).tolist())
     """
     other = python(script)
     assert other.returncode != 0 and other.stdout == "" and "step 1 of the publication" in other.stderr

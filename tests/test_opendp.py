@@ -42,11 +42,11 @@ def test_the_measurement_releases_what_the_counter_releases():
         warnings.simplefilter("ignore")
         measurement = make_private_running_counts(epsilon=0.5, max_value=2, seed=11)
         released = measurement(values)
-        counter = Counter(epsilon=0.5, horizon=len(values), max_value=2, rng=NoiseGenerator.from_seed(11))
+        counter = Counter(epsilon=0.5, horizon=len(values), max_value=2, generator=NoiseGenerator.from_seed(11))
         expected = [release.count for release in counter.update_many(values)]
         longer = make_private_running_counts(epsilon=0.5, horizon=16, max_value=2, seed=11, mechanism="binary")
         prefix = longer(values[:4])
-        reference = Counter(epsilon=0.5, horizon=16, max_value=2, mechanism="binary", rng=NoiseGenerator.from_seed(11))
+        reference = Counter(epsilon=0.5, horizon=16, max_value=2, mechanism="binary", generator=NoiseGenerator.from_seed(11))
         assert prefix == [release.count for release in reference.update_many(values[:4])]
         with pytest.raises(Exception, match="horizon"):
             longer(values * 2)

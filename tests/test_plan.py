@@ -23,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 
 def _released(epsilon: float, steps: int, **options) -> tuple[Counter, list]:
     """A seeded counter run for ``steps`` steps of alternating 0/1 values, one release at a time."""
-    counter = Counter(epsilon=epsilon, rng=NoiseGenerator.from_seed(7), **options)
+    counter = Counter(epsilon=epsilon, generator=NoiseGenerator.from_seed(7), **options)
     return counter, [counter.update(t % 2) for t in range(steps)]
 
 
@@ -35,7 +35,7 @@ def test_planned_epsilon_meets_the_target_std_in_the_counter_and_a_smaller_one_d
     assert planned.std > 6.0 * (1 - 1e-4)  # the smallest ε to the tolerance
     _, smaller = _released(planned.epsilon * (1 - 1e-3), 150, horizon=200)
     assert smaller[-1].std > 6.0
-    batch = Counter(epsilon=planned.epsilon, horizon=200, rng=NoiseGenerator.from_seed(8)).release([1] * 150)
+    batch = Counter(epsilon=planned.epsilon, horizon=200, generator=NoiseGenerator.from_seed(8)).release([1] * 150)
     assert batch.std is not None and batch.std[-1] == planned.std  # steps released together: the same bars
     assert len(repr(planned.epsilon)) <= 8  # a short decimal
 
@@ -80,7 +80,7 @@ def test_the_anytime_counter_without_a_horizon():
 
 
 def _keyed_std(epsilon: float, steps: int, **options) -> tuple[KeyedCounters, float]:
-    counters = KeyedCounters(keys=["a", "b"], epsilon=epsilon, rng=NoiseGenerator.from_seed(3), **options)
+    counters = KeyedCounters(keys=["a", "b"], epsilon=epsilon, generator=NoiseGenerator.from_seed(3), **options)
     std = 0.0
     for t in range(steps):
         counts = counters.release(np.array([t % 2, 1]))

@@ -62,8 +62,8 @@ def test_a_malformed_record_is_refused():
 
 def test_counter_monotone_is_the_fit_of_the_same_releases():
     x = (np.random.default_rng(3).random(60) < 0.4).astype(int).tolist()
-    plain = ContinualCounter(base=BASE, epsilon=0.5, horizon=60, rng=NoiseGenerator.from_seed(9))
-    monotone = ContinualCounter(base=BASE, epsilon=0.5, horizon=60, rng=NoiseGenerator.from_seed(9), monotone=True)
+    plain = ContinualCounter(base=BASE, epsilon=0.5, horizon=60, generator=NoiseGenerator.from_seed(9))
+    monotone = ContinualCounter(base=BASE, epsilon=0.5, horizon=60, generator=NoiseGenerator.from_seed(9), monotone=True)
     raw = plain.counts(x).tolist()
     shown = monotone.counts(x[:25]).tolist() + [monotone.update(v) for v in x[25:]]
     assert shown == reference(raw, max_value=1)
@@ -73,8 +73,10 @@ def test_counter_monotone_is_the_fit_of_the_same_releases():
 
 def test_library_counter_keeps_the_interval_of_the_unprocessed_release():
     x = [1, 0, 1, 1, 0, 1, 1, 1, 0, 0] * 4
-    plain = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4)).update_many(x)
-    shown = Counter(epsilon=1.0, horizon=40, mechanism="lifted", rng=NoiseGenerator.from_seed(4), monotone=True).update_many(x)
+    plain = Counter(epsilon=1.0, horizon=40, mechanism="lifted", generator=NoiseGenerator.from_seed(4)).update_many(x)
+    shown = Counter(
+        epsilon=1.0, horizon=40, mechanism="lifted", generator=NoiseGenerator.from_seed(4), monotone=True
+    ).update_many(x)
     assert [r.count for r in shown] == reference([r.count for r in plain], max_value=1)
     # the unprocessed release's interval cut to [0, t] (a plain interval only passes the cut to hold
     # its own count), widened where needed to hold the processed count
@@ -85,8 +87,8 @@ def test_library_counter_keeps_the_interval_of_the_unprocessed_release():
 
 def test_monotone_is_refused_for_vectors_and_a_state_made_otherwise(tmp_path):
     with pytest.raises(InvalidInputError, match="dimension 1"):
-        ContinualCounter(base=BASE, epsilon=1, horizon=5, dimension=2, monotone=True, rng=NoiseGenerator.from_seed(1))
-    counter = ContinualCounter(base=BASE, epsilon=1, horizon=5, rng=NoiseGenerator.from_seed(1))
+        ContinualCounter(base=BASE, epsilon=1, horizon=5, dimension=2, monotone=True, generator=NoiseGenerator.from_seed(1))
+    counter = ContinualCounter(base=BASE, epsilon=1, horizon=5, generator=NoiseGenerator.from_seed(1))
     counter.save_state(tmp_path / "s.json")
     counter.close()
     with pytest.raises(StateFileError, match="without monotone"):

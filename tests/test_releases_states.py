@@ -103,7 +103,7 @@ def test_releases_of_event_rows_with_dates_in_jsonl(tmp_path):
 def test_the_library_reads_the_released_rows_back(tmp_path):
     rng = np.random.default_rng(2)
     events = [KeyedEvent(key=KEYS[rng.integers(0, 3)], step=step, value=1) for step in range(1, 21) for _ in range(3)]
-    counters = KeyedCounters(keys=KEYS, epsilon=1.0, horizon=10, rng=NoiseGenerator.from_seed(6))
+    counters = KeyedCounters(keys=KEYS, epsilon=1.0, horizon=10, generator=NoiseGenerator.from_seed(6))
     counters.save_state(tmp_path / "s.db")
     counters.extend_horizon()  # past the horizon too
     released = list(run_keyed(counters, iter(events), through=20, beta=0.05))
@@ -159,7 +159,7 @@ def test_releases_refuses_what_it_cannot_print(tmp_path):
     one_error_line(*run_main("releases", str(state), "--format", "plain"), "--format", "csv or jsonl")
     one_error_line(*run_main("releases", str(state), "--last-step", "5"), "only steps 1 … 4")
     one_error_line(*run_main("releases", str(state), "--beta", "1.5"), "--beta")
-    late = KeyedCounters(keys=KEYS, epsilon=1.0, horizon=6, rng=NoiseGenerator.from_seed(8))
+    late = KeyedCounters(keys=KEYS, epsilon=1.0, horizon=6, generator=NoiseGenerator.from_seed(8))
     late.release(np.ones(len(KEYS), dtype=np.int64))
     late.save_state(tmp_path / "late.db")  # saved after step 1: its counts are not in the state
     late.release(np.ones(len(KEYS), dtype=np.int64))

@@ -195,9 +195,7 @@ def run_route(route: str, spec: CountSpec, tmp_path: Path) -> list[tuple]:
             value_column="value",
             user_column="user" if users else None,
         )
-        return [
-            (str(row.key), int(row.step), int(row.count), int(row.lower), int(row.upper)) for row in result.itertuples()
-        ]
+        return [(str(row.key), int(row.step), int(row.count), int(row.lower), int(row.upper)) for row in result.itertuples()]
     if route == "keyed-counters":
         from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed
 

@@ -67,7 +67,7 @@ def test_spark_batch_equals_local(spark, unit, keys_per_shard, horizon):
     if unit == "user":
         options.update(max_keys=2, max_per_key=3)
     base = BASE if horizon is not None else None  # without a horizon: anytime counters, the public schedule 1 … 40
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=horizon, base=base, rng=NoiseGenerator.from_seed(8), **options)
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=horizon, base=base, generator=NoiseGenerator.from_seed(8), **options)
     events = (KeyedEvent(key, step, value, user if unit == "user" else None) for user, key, step, value in rows)
     expected = {
         (key, step): (int(c), lo, hi)
@@ -142,7 +142,7 @@ def test_spark_reads_a_key_with_white_space_around_it_as_the_local_engine_does(s
     spaced = [
         (user, {"fr": " fr", "de": "de\t", "it": "\u2003it"}.get(key, key), step, value) for user, key, step, value in _events()
     ]
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, rng=NoiseGenerator.from_seed(3), max_value=2)
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, generator=NoiseGenerator.from_seed(3), max_value=2)
     events = (KeyedEvent(key, step, value, None) for _, key, step, value in spaced)
     expected = {
         (key, step): int(c)
@@ -317,7 +317,7 @@ def test_streaming_killed_and_restarted_releases_every_step_once(spark, tmp_path
     assert not generator.seeded and (tmp_path / "noise.key").stat().st_mode & 0o777 == 0o600
     options = {"privacy_unit": "user", "max_keys": 2, "max_per_key": 3} if unit == "user" else {}
     local = KeyedCounters(
-        keys=keys, epsilon=1.0, horizon=horizon, base=BASE if horizon else None, max_value=2, rng=generator, **options
+        keys=keys, epsilon=1.0, horizon=horizon, base=BASE if horizon else None, max_value=2, generator=generator, **options
     )
     events = (KeyedEvent(k, s, v, u if unit == "user" else None) for u, k, s, v in rows)
     expected = {
@@ -400,7 +400,7 @@ def test_streaming_user_level_bounds_carry_over_micro_batches(spark, tmp_path):
     assert len(list((tmp_path / "checkpoint" / "commits").glob("[0-9]*"))) == 10
     frame = spark.read.parquet(str(tmp_path / "out")).toPandas()
     got = {(r.key, int(r.step)): (int(r["count"]), int(r.lower), int(r.upper)) for _, r in frame.iterrows()}
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, rng=NoiseGenerator.from_seed(9), **options)
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=40, base=BASE, generator=NoiseGenerator.from_seed(9), **options)
     expected = {
         (key, step): (int(c), lo, hi)
         for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v, u) for u, k, s, v in rows), through=10)

@@ -119,7 +119,7 @@ def test_shards_written_by_workers_and_merged_are_the_local_engines_text(tmp_pat
         assert written["rows"].tolist() == [len(keys[first : first + size]) * steps]
     output = tmp_path / f"out.{output_format}"
     spark_engine._merge_shards(folder, shards=7, steps=steps, output=output, output_format=output_format, summary=summary)
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=steps, max_value=2, rng=NoiseGenerator.from_seed(6))
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=steps, max_value=2, generator=NoiseGenerator.from_seed(6))
     expected = tmp_path / f"local.{output_format}"
     sink = KeyedSink(counters=local, output=expected, output_format=output_format, summary=summary, beta=0.05, resumed=False)
     for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v) for k, s, v in events)):
@@ -159,7 +159,7 @@ def test_a_shard_written_as_parquet_holds_the_local_rows_in_step_order(tmp_path)
     )
     table = pyarrow_parquet.read_table(tmp_path / "part-000003.parquet")
     assert b"pure_dp_mf" in table.schema.metadata
-    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=steps, rng=NoiseGenerator.from_seed(2))
+    local = KeyedCounters(keys=keys, epsilon=1.0, horizon=steps, generator=NoiseGenerator.from_seed(2))
     expected = [
         (key, step, int(c), lo, hi)
         for step, counts, std, lower, upper in run_keyed(local, (KeyedEvent(k, s, v) for k, s, v in events))

@@ -119,7 +119,7 @@ import json, sys
 from pure_dp_mf.engines.keyed import KeyedCounters, KeyedEvent, run_keyed
 from pure_dp_mf.engines.generator import NoiseGenerator
 generator = NoiseGenerator.from_key_file(sys.argv[1], query=sys.argv[2])
-counters = KeyedCounters(keys={keys!r}, epsilon=1.0, horizon=8, base={base!r}, max_value=2, rng=generator)
+counters = KeyedCounters(keys={keys!r}, epsilon=1.0, horizon=8, base={base!r}, max_value=2, generator=generator)
 events = [KeyedEvent(key, step, value, None) for key, step, value in json.loads(sys.argv[3])]
 rows = []
 for step, counts, *_ in run_keyed(counters, iter(events), through=8):

@@ -21,7 +21,7 @@ BASE = BASE_FOLDER / "k004_maxse.npz"
 
 
 def _state(path, *, steps=(1, 0, 1, 1)) -> None:
-    counter = ContinualCounter(base=BASE, epsilon=1.0, horizon=8, rng=NoiseGenerator.secure())
+    counter = ContinualCounter(base=BASE, epsilon=1.0, horizon=8, generator=NoiseGenerator.secure())
     counter.save_state(path)
     counter.counts(list(steps[:2]))
     counter.counts(list(steps[2:]))

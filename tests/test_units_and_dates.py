@@ -330,9 +330,9 @@ def test_user_step_keeps_each_users_first_k_keys_clipped_to_m_in_every_step():
     events.sort(key=lambda event: event.step)
     options = dict(keys=keys, epsilon=1.0, horizon=horizon, max_value=m, privacy_unit="user-step", max_keys=k)
     released = np.array(
-        [counts for _, counts, *_ in run_keyed(KeyedCounters(**options, rng=NoiseGenerator.from_seed(8)), events)]
+        [counts for _, counts, *_ in run_keyed(KeyedCounters(**options, generator=NoiseGenerator.from_seed(8)), events)]
     )
-    noise = np.array([counts for _, counts, *_ in run_keyed(KeyedCounters(**options, rng=NoiseGenerator.from_seed(8)), [])])
+    noise = np.array([counts for _, counts, *_ in run_keyed(KeyedCounters(**options, generator=NoiseGenerator.from_seed(8)), [])])
     bounded = np.zeros((horizon, len(keys)), dtype=np.int64)
     raw = np.zeros_like(bounded)
     for step in range(1, horizon + 1):
@@ -344,8 +344,8 @@ def test_user_step_keeps_each_users_first_k_keys_clipped_to_m_in_every_step():
                 raw[step - 1, keys.index(event.key)] += event.value
     assert (released - noise).tolist() == bounded.cumsum(axis=0).tolist()
     assert (bounded != raw).any()  # the bounds bite
-    event = KeyedCounters(keys=keys, epsilon=1.0, horizon=horizon, max_value=1, rng=NoiseGenerator.from_seed(8))
-    user_step = KeyedCounters(**options, rng=NoiseGenerator.from_seed(8))
+    event = KeyedCounters(keys=keys, epsilon=1.0, horizon=horizon, max_value=1, generator=NoiseGenerator.from_seed(8))
+    user_step = KeyedCounters(**options, generator=NoiseGenerator.from_seed(8))
     assert user_step.sensitivity == k * m * event.sensitivity  # the noise of K keys of m each
     assert user_step.summary()["max_keys"] == k and "K = 2" in user_step.summary()["privacy_unit_meaning"]
 
@@ -358,13 +358,13 @@ def test_the_step_unit_clips_each_steps_total_to_m():
         key=lambda event: event.step,
     )
     options = dict(keys=["count"], epsilon=1.0, horizon=horizon, max_value=m, privacy_unit="step")
-    released = [int(c[0]) for _, c, *_ in run_keyed(KeyedCounters(**options, rng=NoiseGenerator.from_seed(2)), events)]
-    noise = [int(c[0]) for _, c, *_ in run_keyed(KeyedCounters(**options, rng=NoiseGenerator.from_seed(2)), [])]
+    released = [int(c[0]) for _, c, *_ in run_keyed(KeyedCounters(**options, generator=NoiseGenerator.from_seed(2)), events)]
+    noise = [int(c[0]) for _, c, *_ in run_keyed(KeyedCounters(**options, generator=NoiseGenerator.from_seed(2)), [])]
     totals = [sum(event.value for event in events if event.step == t) for t in range(1, horizon + 1)]
     assert max(totals) > m  # the clip bites
     assert [r - n for r, n in zip(released, noise, strict=True)] == np.cumsum([min(total, m) for total in totals]).tolist()
     with pytest.raises(InvalidInputError, match="--privacy-unit step"):
-        KeyedCounters(**{**options, "keys": ["a", "b"]}, rng=NoiseGenerator.from_seed(2))
+        KeyedCounters(**{**options, "keys": ["a", "b"]}, generator=NoiseGenerator.from_seed(2))
 
 
 # ------------------------------------------------------------------------------- refusals
@@ -468,7 +468,7 @@ def test_single_stream_intervals_hold_their_counts_for_many_seeds(monotone, max_
     for seed in range(25):
         values = np.random.default_rng(seed).integers(0, max_value + 1, horizon)
         counter = Counter(
-            epsilon=0.5, horizon=horizon, max_value=max_value, monotone=monotone, rng=NoiseGenerator.from_seed(seed)
+            epsilon=0.5, horizon=horizon, max_value=max_value, monotone=monotone, generator=NoiseGenerator.from_seed(seed)
         )
         releases = counter.update_many(values.tolist()[:10]) + counter.update_many(values.tolist()[10:])
         steps = [r.step for r in releases]
@@ -496,7 +496,7 @@ def test_event_row_and_keyed_intervals_hold_their_counts_for_many_seeds(unit):
             for t in steps
         ]
         counters = KeyedCounters(
-            keys=keys, epsilon=0.5, horizon=horizon, privacy_unit=unit, rng=NoiseGenerator.from_seed(seed), **bounds
+            keys=keys, epsilon=0.5, horizon=horizon, privacy_unit=unit, generator=NoiseGenerator.from_seed(seed), **bounds
         )
         for step, counts, std, lower, upper in run_keyed(counters, events):
             assert std > 0 and counts.shape == lower.shape == upper.shape == (len(keys),)

@@ -97,7 +97,7 @@ def _keyed_releases(
         last = counters.check_kept(first_step=first_step, last_step=last_step)  # the whole range, before any row
         steps = max(1, KEYED_ROWS // len(counters.keys))  # read and printed in parts: memory bounded in the steps
         done = counters.releases(first_step=first_step, last_step=min(last, first_step + steps - 1), beta=beta)
-        if counters.rng.seeded:  # after the refusals
+        if counters.generator.seeded:  # after the refusals
             error_console.print("warning: seeded noise (--seed): not private, for tests and research only", markup=False)
         header = json.loads(json.dumps({**counters.summary(), "read_back_from": str(state)}, default=str))
         for start in range(first_step, last + 1, steps):

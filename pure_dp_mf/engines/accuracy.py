@@ -438,14 +438,14 @@ def _plan_at(setting: _Setting, epsilon: float) -> Plan:
             privacy_unit=setting.privacy_unit,
             max_keys=setting.max_keys if user else None,
             max_per_key=setting.max_per_key if user else None,
-            rng=NoiseGenerator.secure(),
+            generator=NoiseGenerator.secure(),
         )
         bars = counters.bars(setting.step - 1, setting.step, beta=setting.beta)
         sensitivity = None if setting.horizon is None else float(counters.sensitivity)
         name = counters.mechanism.name
     else:
         counter = ContinualCounter(
-            epsilon=epsilon, mechanism=mechanism, max_value=setting.step_sensitivity, rng=NoiseGenerator.secure()
+            epsilon=epsilon, mechanism=mechanism, max_value=setting.step_sensitivity, generator=NoiseGenerator.secure()
         )
         bars = counter.bars(setting.step - 1, setting.step, beta=setting.beta)
         sensitivity = None if counter.sensitivity is None else float(counter.step_sensitivity * counter.sensitivity)

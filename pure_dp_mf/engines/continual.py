@@ -129,7 +129,7 @@ class ContinualCounter(_CounterState):
     ℓ1 norm ≤ m, Δ_step = 2m), for the code as it runs, floats included (docs/privacy.md,
     "Theorem"); computational with a secure generator (keyed SHAKE-256), none with a
     seeded one. Args: ``mechanism`` (or a ``base`` with ``horizon`` and ``metric``), ε, d and m,
-    ``monotone`` post-processing (no privacy cost), ``rng`` (default secure)."""
+    ``monotone`` post-processing (no privacy cost), ``generator`` (default secure)."""
 
     def __init__(
         self,
@@ -142,7 +142,7 @@ class ContinualCounter(_CounterState):
         dimension: int = 1,
         max_value: int = 1,
         monotone: bool = False,
-        rng: NoiseGenerator | None = None,
+        generator: NoiseGenerator | None = None,
         _lineage: str | None = None,
     ) -> None:
         if (mechanism is None) == (base is None):
@@ -159,19 +159,19 @@ class ContinualCounter(_CounterState):
         if monotone and self.dimension != 1:
             raise InvalidInputError("monotone post-processing is for dimension 1 (one running count)")
         self.monotone = bool(monotone)
-        self.rng = rng if rng is not None else NoiseGenerator.secure()
-        if not isinstance(self.rng, NoiseGenerator):
-            raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(self.rng).__name__}")
+        self.generator = generator if generator is not None else NoiseGenerator.secure()
+        if not isinstance(self.generator, NoiseGenerator):
+            raise InvalidInputError(f"generator must be a NoiseGenerator, got {type(self.generator).__name__}")
         self.step_sensitivity = self.max_value if self.dimension == 1 else 2 * self.max_value
         self.sensitivity = mechanism.sensitivity  # None for an anytime mechanism (one per segment)
         self._release: Any = mechanism.release(
             generators=self._generators(), epsilon=self.epsilon, step_sensitivity=self.step_sensitivity
         )
         self.lineage = _lineage or uuid.uuid4().hex
-        claim_in_process(self.rng, lineage=self.lineage)
+        claim_in_process(self.generator, lineage=self.lineage)
         if _lineage is not None:  # a lineage from outside (a state): its key may serve other runs (``ledger``)
-            mark_exported(self.rng)
-        if self.rng.seeded:
+            mark_exported(self.generator)
+        if self.generator.seeded:
             warnings.warn("seeded noise (NoiseGenerator.from_seed): not private, for tests and research only", stacklevel=2)
         self.released = 0
         self._sums: list[int] = [0] * self.dimension
@@ -237,7 +237,7 @@ class ContinualCounter(_CounterState):
 
     def _generators(self) -> list[NoiseGenerator]:
         """One generator per coordinate of the stream (the counter's own for d = 1)."""
-        return [self.rng] if self.dimension == 1 else [self.rng.coordinate(i) for i in range(self.dimension)]
+        return [self.generator] if self.dimension == 1 else [self.generator.coordinate(i) for i in range(self.dimension)]
 
     @classmethod
     def from_certificate(cls, certificate: str | os.PathLike, *, epsilon: float, horizon: int, **options) -> ContinualCounter:
@@ -251,7 +251,7 @@ class ContinualCounter(_CounterState):
         cls, path: str | os.PathLike, *, registry_path: str | os.PathLike | None = None, read_only: bool = False, **expected
     ) -> ContinualCounter:
         """The counter saved in ``path``, bound to it again (locked, checked against the registry).
-        Options given in ``expected`` (epsilon, horizon, max_value, monotone, dimension, rng)
+        Options given in ``expected`` (epsilon, horizon, max_value, monotone, dimension, generator)
         must match the state's. ``read_only``: to read its releases back only (``Journal.open``)."""
         journal = Journal.open(path, registry=registry_path, read_only=read_only)
         try:
@@ -266,7 +266,7 @@ class ContinualCounter(_CounterState):
                 dimension=header["dimension"],
                 max_value=header["max_value"],
                 monotone=header["monotone"],
-                rng=NoiseGenerator.from_record(header["generator"]),
+                generator=NoiseGenerator.from_record(header["generator"]),
                 _lineage=header["lineage"],
             )
             counter._restore(journal)
@@ -282,7 +282,7 @@ class ContinualCounter(_CounterState):
     @property
     def seeded(self) -> bool:
         """True when the noise comes from a seeded (public, non-private) generator."""
-        return self.rng.seeded
+        return self.generator.seeded
 
     @property
     def rates(self):
@@ -476,7 +476,7 @@ def _header(counter: ContinualCounter) -> dict:
         "sensitivity": None
         if counter.sensitivity is None
         else [str(counter.sensitivity.numerator), str(counter.sensitivity.denominator)],
-        "generator": counter.rng.to_record(),
+        "generator": counter.generator.to_record(),
         "planned_for": counter.mechanism_metric,
         "summary": counter_summary(counter),
     }
@@ -530,7 +530,7 @@ def _check_expected(path, header: dict, expected: dict) -> None:
     for name, value in expected.items():
         if value is None:
             continue
-        if name == "rng":
+        if name == "generator":
             given = NoiseGenerator.from_record(header["generator"])
             if value.key != given.key or value.seeded != given.seeded:
                 raise StateFileError(f"{path}: the state was made with another generator (seed)")

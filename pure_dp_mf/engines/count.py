@@ -192,7 +192,7 @@ def _count_rows(spec: CountSpec, *, files: CountFiles, say: Callable[[str], None
     if single:
         summary.pop("keys")
     say(f"{'counts of event rows' if single else 'keyed counts'}: {json.dumps(summary, ensure_ascii=False)}")
-    if counters.rng.seeded:
+    if counters.generator.seeded:
         say(SEEDED_WARNING)
     layout = Layout(keys=keys, show_keys=not single, calendar=spec.calendar)
     sink = KeyedSink(
@@ -246,10 +246,11 @@ def _count_on_spark(
         keys=keys,
         columns=columns,
         options={**mechanism, **bounds},
-        rng=generator,
+        generator=generator,
         output=files.output,
         output_format=output_format,
         beta=beta,
         through=through,
         invalid=spec.invalid,
+        calendar=spec.calendar,
     )

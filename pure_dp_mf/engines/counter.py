@@ -107,7 +107,7 @@ class Counter:
             ``postprocess.py``). The interval is that of the unprocessed release, cut to [0, m·t]
             but widened where needed to hold the processed count.
         state: a state file: created, or resumed when it exists (crash-safe, never re-releases).
-        rng: a noise generator; default a cryptographically secure one. A seeded generator
+        generator: a noise generator; default a cryptographically secure one. A seeded generator
             (``NoiseGenerator.from_seed``) is for tests and research only: it is not private.
         budget: the name of a budget (``engines.budget``) to charge ε to before the first
             release; refused (``BudgetError``) when it would exceed the budget's total.
@@ -140,7 +140,7 @@ class Counter:
         beta: float = 0.05,
         monotone: bool = False,
         state: str | os.PathLike | None = None,
-        rng: NoiseGenerator | None = None,
+        generator: NoiseGenerator | None = None,
         budget: str | None = None,
     ) -> None:
         spec = CountSpec(
@@ -154,7 +154,7 @@ class Counter:
             dimension=dimension,
             beta=beta,
             monotone=monotone,
-            publication=Publication(generator=rng, state=None if state is None else Path(state), budget=budget),
+            publication=Publication(generator=generator, state=None if state is None else Path(state), budget=budget),
         )
         self._start(spec, route="counter")
 
@@ -178,7 +178,7 @@ class Counter:
             "max_value": spec.max_value,
             "dimension": spec.dimension,
             "monotone": spec.monotone,
-            "rng": spec.publication.noise_generator(),
+            "generator": spec.publication.noise_generator(),
         }
         self.resumed = state is not None and Path(state).exists()
         if self.resumed:

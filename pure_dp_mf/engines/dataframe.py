@@ -134,7 +134,7 @@ def private_running_counts(
         table, frame=frame, columns=columns, invalid=spec.invalid, max_value=spec.max_value, dates=calendar is not None
     )
     counters = KeyedCounters.from_spec(spec)
-    seeded = counters.rng.seeded
+    seeded = counters.generator.seeded
     if seeded:
         warnings.warn("seeded noise (NoiseGenerator.from_seed): not private, for tests and research only", stacklevel=2)
     try:

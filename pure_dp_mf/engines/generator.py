@@ -253,16 +253,16 @@ class GeneratorSource:
 _CLAIMED: dict[bytes, str] = {}  # sha256 of each secure generator key feeding a counter here → its lineage
 
 
-def claim_in_process(rng: NoiseGenerator, *, lineage: str) -> None:
+def claim_in_process(generator: NoiseGenerator, *, lineage: str) -> None:
     """Refuse a secure generator that already feeds a counter of another lineage in this process.
 
     Guarantee: two counters of one process never add the same noise to different data through one
     generator (their difference would reveal T·(x − x′) exactly). A key that leaves the process
     (a state, a key file) is claimed in the lineage registry too (``engines.registry``), which
     extends the guarantee across processes. A seeded generator (public, not private) is not tracked."""
-    if rng.seeded:
+    if generator.seeded:
         return
-    tag = hashlib.sha256(rng.key).digest()
+    tag = hashlib.sha256(generator.key).digest()
     owner = _CLAIMED.setdefault(tag, lineage)
     if owner != lineage:
         raise InvalidInputError(
@@ -271,9 +271,9 @@ def claim_in_process(rng: NoiseGenerator, *, lineage: str) -> None:
         )
 
 
-def mark_exported(rng: NoiseGenerator) -> None:
-    """Note that the secure key of ``rng`` may serve runs outside this one (``registry.is_exported``);
+def mark_exported(generator: NoiseGenerator) -> None:
+    """Note that the secure key of ``generator`` may serve runs outside this one (``registry.is_exported``);
     the first time, every counter of this process that released on it unguarded is barred in the
     ledger (``ledger.key_exported``)."""
-    if registries.note_exported(rng):
-        key_exported(hashlib.sha256(rng.key).digest())
+    if registries.note_exported(generator):
+        key_exported(hashlib.sha256(generator.key).digest())

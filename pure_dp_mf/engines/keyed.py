@@ -15,7 +15,7 @@ The privacy model (proofs in docs/privacy.md, "Keyed streams"):
   operator log on request), never released.
 * Each key is one counter of the mechanism (default the lifted base the planner ranks best for
   the horizon, the exact lattice release of ``release.lattice``), with its **own noise**: key j's integer
-  noise is keyed by ``rng.child(key)`` (SHA-256 of the run key and the length-prefixed UTF-8 key,
+  noise is keyed by ``generator.child(key)`` (SHA-256 of the run key and the length-prefixed UTF-8 key,
   an injective encoding), so two keys never share a noise stream, and the noise of (key, step) is
   a pure function of (run key, key, step): a replayed step regenerates the same noise.
 * **Event level** (``privacy_unit="event"``): neighbours differ in one event, which changes one
@@ -217,7 +217,7 @@ class _KeyedState:
     max_value: int
     privacy_unit: str
     sensitivity: Fraction
-    rng: NoiseGenerator
+    generator: NoiseGenerator
 
     def summary(self) -> dict:
         raise NotImplementedError
@@ -237,7 +237,7 @@ class _KeyedState:
             "max_value": self.max_value,
             "privacy_unit": self.privacy_unit,
             "sensitivity": [str(self.sensitivity.numerator), str(self.sensitivity.denominator)],
-            "generator": self.rng.to_record(),
+            "generator": self.generator.to_record(),
             "summary": self.summary(),
             "extended_from": self.extended_from,
         }
@@ -317,7 +317,7 @@ class KeyedCounters(_KeyedState):
             (one stream only: a step's whole input, its total clipped to m), "user-step" (a user's
             first K = ``max_keys`` keys in each step, each clipped to m; K = 1 by default with one
             key) or "user" (``max_keys`` K and ``max_per_key`` C required).
-        rng: the run's generator (default secure; ``NoiseGenerator.from_seed`` is NOT private).
+        generator: the run's generator (default secure; ``NoiseGenerator.from_seed`` is NOT private).
         chunk: steps of noise computed ahead per key.
         budget: the name of a budget (``engines.budget``) charged ε before the first release
             (``BudgetError`` when it does not fit).
@@ -336,7 +336,7 @@ class KeyedCounters(_KeyedState):
         privacy_unit: str = "event",
         max_keys: int | None = None,
         max_per_key: int | None = None,
-        rng: NoiseGenerator | None = None,
+        generator: NoiseGenerator | None = None,
         chunk: int = 256,
         budget: str | None = None,
         _lineage: str | None = None,
@@ -351,7 +351,7 @@ class KeyedCounters(_KeyedState):
             max_keys=max_keys,
             max_per_key=max_per_key,
             keys=keys,  # type: ignore[arg-type]
-            publication=Publication(generator=rng, budget=budget),
+            publication=Publication(generator=generator, budget=budget),
         )
         self._start(spec, mechanism=mechanism, chunk=chunk, lineage=_lineage)
 
@@ -391,12 +391,12 @@ class KeyedCounters(_KeyedState):
         self.privacy_unit = spec.privacy_unit
         max_keys, max_per_key, metric, budget = spec.max_keys, spec.max_per_key, spec.metric, spec.publication.budget
         self.chunk = check_size(chunk, name="chunk")
-        rng = spec.publication.noise_generator()
-        self.rng = rng if rng is not None else NoiseGenerator.secure()
+        generator = spec.publication.noise_generator()
+        self.generator = generator if generator is not None else NoiseGenerator.secure()
         self.lineage = lineage or uuid.uuid4().hex
-        claim_in_process(self.rng, lineage=self.lineage)  # one generator, one run: noise never reused on other data
+        claim_in_process(self.generator, lineage=self.lineage)  # one generator, one run: noise never reused on other data
         if lineage is not None:  # a lineage from outside (a state, Spark's executors): its key may serve other runs
-            mark_exported(self.rng)
+            mark_exported(self.generator)
         self.mechanism = mechanism if mechanism is not None else _mechanism(spec)
         if self.mechanism.horizon != self.horizon:
             raise InvalidInputError(f"the mechanism is for horizon {self.mechanism.horizon}, not {self.horizon}")
@@ -405,7 +405,7 @@ class KeyedCounters(_KeyedState):
         self._keys_sha256 = keys_sha256(self.keys)
         anytime = self.mechanism.kind == "anytime"
         step_sensitivity, sensitivity = self._bounds(max_keys=max_keys, max_per_key=max_per_key, anytime=anytime)
-        generators = [self.rng.child(key) for key in self.keys]
+        generators = [self.generator.child(key) for key in self.keys]
         if anytime:  # Δ of segment s is Δ_step·Δ_s; ``sensitivity`` records Δ_step
             self.sensitivity = Fraction(step_sensitivity)
             self._release = self.mechanism.release(
@@ -513,7 +513,7 @@ class KeyedCounters(_KeyedState):
             "max_value": self.max_value,
             "privacy_unit": self.privacy_unit,
             "sensitivity": None if self.horizon is None else float(self.sensitivity),
-            "seeded": self.rng.seeded,
+            "seeded": self.generator.seeded,
         }
         record["privacy_unit_meaning"] = UNIT_WORDS[self.privacy_unit].format(
             m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
@@ -628,7 +628,7 @@ class KeyedCounters(_KeyedState):
         metric = metric or self.metric or "maxse"
         schedule = extended_schedule(prefix=self.mechanism.record, horizon=horizon, metric=metric)
         mechanism = AnytimeMechanism(schedule=schedule, name=f"{self.mechanism.name} to step {horizon}, then anytime")
-        generators = [self.rng.child(key) for key in self.keys]
+        generators = [self.generator.child(key) for key in self.keys]
         release = mechanism.release(
             generators=generators, epsilon=self.epsilon, step_sensitivity=step_sensitivity, page_size=KEYED_PAGE
         )
@@ -640,8 +640,10 @@ class KeyedCounters(_KeyedState):
         self._bars = _BarsAhead(self._release, steps=self.chunk, last=self._last)
         if guard is not None:
             guard.extend(self.publication_spec())
-        elif ledger.needs_ledger(self.rng):
-            self._guard = ledger.Guard(rng=self.rng, spec=self.publication_spec(), corrects=self.corrects, extending=True)
+        elif ledger.needs_ledger(self.generator):
+            self._guard = ledger.Guard(
+                generator=self.generator, spec=self.publication_spec(), corrects=self.corrects, extending=True
+            )
         if self.journal is not None:
             changed = ("what", "mechanism", "horizon", "sensitivity", "summary", "extended_from")
             self.journal.update_header({name: value for name, value in self._header().items() if name in changed})
@@ -702,7 +704,7 @@ class KeyedCounters(_KeyedState):
         return cls.resume(
             path,
             keys=spec.keys,
-            rng=spec.publication.noise_generator(),
+            generator=spec.publication.noise_generator(),
             budget=spec.publication.budget,
             epsilon=spec.epsilon,
             horizon=spec.horizon,
@@ -778,7 +780,7 @@ class KeyedCounters(_KeyedState):
             if header.get("engine") != "keyed":
                 raise StateFileError(f"{path}: the state is not a keyed run's (it is {header.get('engine')!r})")
             generator = NoiseGenerator.from_record(header["generator"])
-            given = options.pop("rng", None)
+            given = options.pop("generator", None)
             if given is not None and given.key != generator.key:
                 raise StateFileError(f"{path}: the state was made with another generator (seed)")
             options.pop("base", None)
@@ -791,7 +793,7 @@ class KeyedCounters(_KeyedState):
             if extended is not None:
                 options["horizon"] = None  # made with that horizon, then extended past it (``extend_horizon``)
             mechanism = from_record(header["mechanism"], horizon=header["horizon"])
-            counters = cls(keys=keys, rng=generator, _lineage=header["lineage"], mechanism=mechanism, **options)
+            counters = cls(keys=keys, generator=generator, _lineage=header["lineage"], mechanism=mechanism, **options)
             counters.extended_from = extended
             mine = counters._header()
             for name in ("keys_sha256", "epsilon", "horizon", "max_value", "privacy_unit", "sensitivity"):

@@ -508,17 +508,21 @@ class Guard:
     process releases; the publication is claimed then, before the first draw is shown."""
 
     def __init__(
-        self, *, rng: Any, spec: dict, budget: str | None = None, corrects: str | None = None, extending: bool = False
+        self, *, generator: Any, spec: dict, budget: str | None = None, corrects: str | None = None, extending: bool = False
     ) -> None:
         """``extending``: the counter went on past its horizon before its first guarded release
         (``KeyedCounters.extend_horizon``): its publication may be stored with the spec before or
         after the extension (``Ledger.claim``)."""
         from pure_dp_mf.engines.registry import generator_tag
 
-        self.key = rng.key
+        self.key = generator.key
         self.ledger = open_ledger()
         self.publication = Publication(
-            name=getattr(rng, "publication", None), key_tag=generator_tag(rng.key), spec=spec, budget=budget, corrects=corrects
+            name=getattr(generator, "publication", None),
+            key_tag=generator_tag(generator.key),
+            spec=spec,
+            budget=budget,
+            corrects=corrects,
         )
         self.name = self.ledger.claim(self.publication, extending=extending)
 
@@ -552,11 +556,11 @@ def guard_for(counter: Any, spec_of) -> Guard | None:
     key leaves the process later (``to_record``), ``key_exported`` bars its released steps."""
     guard = getattr(counter, "_guard", None)
     if guard is None:
-        if needs_ledger(counter.rng):
-            guard = Guard(rng=counter.rng, spec=spec_of(), corrects=getattr(counter, "corrects", None))
+        if needs_ledger(counter.generator):
+            guard = Guard(generator=counter.generator, spec=spec_of(), corrects=getattr(counter, "corrects", None))
             counter._guard = guard
-        elif not counter.rng.seeded:
-            _UNGUARDED.setdefault(hashlib.sha256(counter.rng.key).digest(), weakref.WeakSet()).add(counter)
+        elif not counter.generator.seeded:
+            _UNGUARDED.setdefault(hashlib.sha256(counter.generator.key).digest(), weakref.WeakSet()).add(counter)
     return guard
 
 
@@ -571,16 +575,16 @@ def key_exported(tag: bytes) -> None:
     for counter in list(_UNGUARDED.pop(tag, ())):
         if getattr(counter, "_guard", None) is not None or counter.released == 0:
             continue
-        guard = Guard(rng=counter.rng, spec=counter.publication_spec(), corrects=getattr(counter, "corrects", None))
+        guard = Guard(generator=counter.generator, spec=counter.publication_spec(), corrects=getattr(counter, "corrects", None))
         counter._guard = guard
         guard.ledger.record(guard.name, first=0, digests=[UNRECORDED] * counter.released)
 
 
-def needs_ledger(rng: Any) -> bool:
+def needs_ledger(generator: Any) -> bool:
     """True for a secure key that has left the process that drew it (module docstring)."""
     from pure_dp_mf.engines.registry import is_exported
 
-    return not rng.seeded and is_exported(rng)
+    return not generator.seeded and is_exported(generator)
 
 
 # ------------------------------------------------------------------ helpers

@@ -113,7 +113,7 @@ class StepInputs:
         self.released = counters.released  # k: fixed by the state before any data is read
         self.tally = ReleasedEventsTally()
         self.cut_before = counters.dropped["over_bounds"]  # the bounds' cuts so far (a resumed state's included)
-        self.mac_key = input_mac_key(counters.rng.key)
+        self.mac_key = input_mac_key(counters.generator.key)
         journal = counters.journal
         self.hashing = journal is not None  # without a state nothing is recorded, nothing compared
         self.recorded: dict[int, str] = {} if journal is None else journal.step_inputs(min(self.released, through))

@@ -80,23 +80,23 @@ def generator_tag(key: bytes) -> str:
 _EXPORTED: set[bytes] = set()  # sha256 of each secure key that left this process or came from outside it
 
 
-def note_exported(rng: Any) -> bool:
-    """Note that the secure key of ``rng`` may serve runs outside this process (``is_exported``);
+def note_exported(generator: Any) -> bool:
+    """Note that the secure key of ``generator`` may serve runs outside this process (``is_exported``);
     True the first time (``generator.mark_exported``), False for a seeded key or one noted before."""
-    if rng.seeded:
+    if generator.seeded:
         return False
-    tag = hashlib.sha256(rng.key).digest()
+    tag = hashlib.sha256(generator.key).digest()
     if tag in _EXPORTED:
         return False
     _EXPORTED.add(tag)
     return True
 
 
-def is_exported(rng: Any) -> bool:
-    """True when the secure key of ``rng`` left this process (``to_record``) or came from outside
+def is_exported(generator: Any) -> bool:
+    """True when the secure key of ``generator`` left this process (``to_record``) or came from outside
     it (``from_record``, ``from_key_file``, a child of such a key): another process may hold it,
     so its counters claim their publication in the ledger (``ledger.needs_ledger``)."""
-    return not rng.seeded and hashlib.sha256(rng.key).digest() in _EXPORTED
+    return not generator.seeded and hashlib.sha256(generator.key).digest() in _EXPORTED
 
 
 def connect(registry: str | os.PathLike | None = None) -> sqlite3.Connection:

@@ -7,7 +7,10 @@ returns a DataFrame with one row (key, step, count, std, lower, upper) per publi
 the same values as the local engine (``keyed.run_keyed``) for the same generator: every key's
 noise is keyed by the run's generator and the key alone (``keyed.py``), and the user bounds
 admit a user's events in the same order (step, then key, then value). The privacy model and its
-proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams").
+proof are those of ``keyed.py`` (docs/privacy.md, "Keyed streams", "On Spark"). Batch and
+streaming take what the local engine takes: keyed events or one stream (no key column), integer
+steps or dates on a public ``Calendar`` (converted by ``Calendar.step_of`` on the executors),
+and the privacy units event, step, user-step and user.
 
 Plan: unknown keys dropped (a broadcast join with the public key list, which gives each event
 its key's position and shard); with user-level privacy, ``groupBy(user).applyInPandas`` applies
@@ -42,8 +45,17 @@ from typing import Any
 
 import numpy as np
 
+from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
-from pure_dp_mf.engines.keyed import ContributionBounder, KeyedCounters, check_keys, keys_sha256, public_schedule
+from pure_dp_mf.engines.keyed import (
+    ContributionBounder,
+    KeyedCounters,
+    PerStepBounder,
+    check_keys,
+    keys_sha256,
+    public_schedule,
+)
+from pure_dp_mf.engines.keyed_io import COLUMNS, Layout
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.validation import check_size
 
@@ -52,6 +64,23 @@ LOG = logging.getLogger("pure_dp_mf.spark")
 RELEASE_SCHEMA = "key string, step long, count long, std double, lower long, upper long"
 KEYS_PER_SHARD = 1 << 10  # keys released together by one Python call on an executor
 _MIN_SHARD = 64  # batch shards are spread over the cores, but not below this many keys (lockstep pays)
+API_NAMES = {name: name for name in ("key_column", "step_column", "value_column", "user_column", "invalid", "max_value")}
+"""How a refusal names the column arguments, the invalid policy and m: the library's keywords."""
+CLI_FLAGS = {
+    "key_column": "--key-column",
+    "step_column": "--step-column",
+    "value_column": "--column",
+    "user_column": "--user-column",
+    "invalid": "--invalid",
+    "max_value": "--max-value",
+}
+"""The same, as ``count --engine spark`` names them: its flags."""
+
+
+def release_schema(calendar: Calendar | None) -> str:
+    """The released rows' columns: key, step, [date (with a calendar),] count, std, lower, upper,
+    the local engine's (``engines.dataframe.private_running_counts``)."""
+    return RELEASE_SCHEMA if calendar is None else RELEASE_SCHEMA.replace("step long, ", "step long, date string, ")
 
 
 def private_running_counts(
@@ -60,7 +89,7 @@ def private_running_counts(
     keys: Sequence[str],
     epsilon: float,
     horizon: int | None = None,
-    key_column: str = "key",
+    key_column: str | None = "key",
     step_column: str = "step",
     value_column: str | None = None,
     user_column: str | None = None,
@@ -68,13 +97,15 @@ def private_running_counts(
     max_keys: int | None = None,
     max_per_key: int | None = None,
     max_value: int = 1,
-    through: int | None = None,
+    through: Any = None,
     base: str | None = None,
     metric: str = "maxse",
     generator: NoiseGenerator | None = None,
     beta: float = 0.05,
     invalid: str = "refuse",
     keys_per_shard: int | None = None,
+    start: Any = None,
+    step_size: Any = None,
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
@@ -90,14 +121,27 @@ def private_running_counts(
     ``LedgerError`` and nothing is released. The result's ``count``, ``lower`` and ``upper``
     columns carry ``{"pure_dp_mf": {"seeded", "private", "publication"}}`` in their metadata.
 
+    The arguments are those of the local engine's ``engines.dataframe.private_running_counts``,
+    with the same meaning: ``key_column=None`` counts one stream (one key; every event is
+    its), ``privacy_unit`` is "event", "step" (one stream: a step's total clipped to m),
+    "user-step" (a user's first K = ``max_keys`` keys within each step, each clipped to m) or
+    "user" (K keys, C = ``max_per_key`` steps per key), and with ``start`` (and ``step_size``,
+    default one day) the step column holds dates or timestamps, bucketed by the public
+    ``Calendar`` (``engines/calendar.py``) with Python's own rules on the executors, and the
+    rows get a ``date`` column (the start of each step's period); ``through`` may then be a date.
+    A Spark ``timestamp`` column is read as its wall-clock time in the session's time zone
+    (``spark.sql.session.timeZone``), with that zone's offset when ``start`` has a time zone.
+
     Events of unlisted keys and of steps outside the schedule are dropped first, unseen. The
-    other events must have integer steps and values (ASCII digits) in [0, m]: with ``invalid``
-    "refuse" an ``InvalidInputError`` is raised here, before anything is released (the checks
-    run as one Spark job); "zero" drops an invalid event, "clamp" clamps its value to [0, m] (an
-    unparsable one is dropped). A missing column or a bad key list is an ``InvalidInputError``.
+    other events must have integer steps (or dates, with ``start``) and integer values (ASCII
+    digits) in [0, m]: with ``invalid`` "refuse" an ``InvalidInputError`` naming the column
+    (never a value) is raised here, before anything is released (the checks run as one Spark
+    job); "zero" drops an invalid event, "clamp" clamps its value to [0, m] (an unparsable one
+    is dropped). A missing column or a bad key list is an ``InvalidInputError``.
 
     ``keys_per_shard`` (default: the keys spread over two shards per core of the session, at most
     1 024 and at least 64 a shard) sets how many keys one Python call releases; it changes no value."""
+    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
     grouped, settings, through = _shard_groups(
         events,
         keys=keys,
@@ -118,8 +162,11 @@ def private_running_counts(
         beta=beta,
         invalid=invalid,
         keys_per_shard=keys_per_shard,
+        calendar=calendar,
     )
-    released = grouped.applyInPandas(lambda frame: _release_shard(frame, through=through, settings=settings), RELEASE_SCHEMA)
+    released = grouped.applyInPandas(
+        lambda frame: _release_shard(frame, through=through, settings=settings, calendar=calendar), release_schema(calendar)
+    )
     return _marked(released, settings)
 
 
@@ -140,7 +187,7 @@ def _shard_groups(
     keys: Sequence[str],
     epsilon: float,
     horizon: int | None,
-    key_column: str,
+    key_column: str | None,
     step_column: str,
     value_column: str | None,
     user_column: str | None,
@@ -148,13 +195,15 @@ def _shard_groups(
     max_keys: int | None,
     max_per_key: int | None,
     max_value: int,
-    through: int | None,
+    through: Any,
     base: str | None,
     metric: str,
     generator: NoiseGenerator | None,
     beta: float,
     invalid: str,
     keys_per_shard: int | None,
+    calendar: Calendar | None = None,
+    flags: dict[str, str] | None = None,
 ) -> tuple[Any, dict, int]:
     """The batch plan up to the release: (the rows grouped by shard, the run's settings, through).
 
@@ -165,7 +214,11 @@ def _shard_groups(
     go to exactly one partition per shard: each row carries its shard's ``bucket``, a value that
     Spark's hash partitioning sends to partition ``shard`` (``_partition_buckets``), and the rows
     are hash-partitioned by it into as many partitions as shards (``repartition``: adaptive
-    execution does not merge these), so every task releases one shard and the tasks are equal."""
+    execution does not merge these), so every task releases one shard and the tasks are equal.
+
+    ``calendar``: the step column holds dates (``_calendar_steps``); ``flags``: how the caller
+    names the column arguments and the policy in a refusal (``API_NAMES``, or ``CLI_FLAGS`` for
+    ``count --engine spark``)."""
     from pyspark.sql import functions as F
 
     keys = check_keys(keys)
@@ -174,12 +227,16 @@ def _shard_groups(
         keys_per_shard = batch_shard_size(keys=len(keys), cores=int(spark.sparkContext.defaultParallelism))
     keys_per_shard = check_size(keys_per_shard, name="keys_per_shard")
     generator = generator if generator is not None else NoiseGenerator.secure()
-    _check_columns(events, key_column=key_column, step_column=step_column, value_column=value_column, user_column=user_column)
+    flags = flags if flags is not None else API_NAMES
+    columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
+    _check_columns(events, columns, flags=flags)
+    _check_single(key_column, keys, flags=flags)
     _check_unit(privacy_unit, user_column)
     if invalid not in ("refuse", "zero", "clamp"):
         raise InvalidInputError(f"invalid must be refuse, zero or clamp on Spark batch, got {invalid!r}")
-    through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through)
+    through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through, calendar=calendar)
     settings = _run_settings(
+        keys=keys,
         generator=generator,
         lineage=_publication_lineage(generator),
         beta=beta,
@@ -194,23 +251,11 @@ def _shard_groups(
     )
     guard = None if generator.seeded else _claim(generator, settings=settings, keys=keys)
     key_table = _key_table(spark, keys, keys_per_shard)
-    table = _scheduled(
-        events,
-        key_table,
-        key_column=key_column,
-        step_column=step_column,
-        value_column=value_column,
-        user_column=user_column,
-        through=through,
-    )
+    table = _scheduled(events, key_table, **columns, through=through, calendar=calendar, only_key=keys[0])
     if guard is not None:
         table = _read_once(table)
-    table = _apply_policy(table, invalid=invalid, max_value=max_value)
-    if privacy_unit == "user":
-        table = table.groupBy("user").applyInPandas(
-            lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value),
-            "key string, step long, value long, position long, shard long",
-        )
+    table = _apply_policy(table, invalid=invalid, max_value=max_value, columns=columns, flags=flags, dates=calendar is not None)
+    table = _bounded(table, privacy_unit=privacy_unit, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value)
     if guard is not None:
         guard.record(first=0, digests=batch_digests(table, key=generator.key, through=through))
     shards = -(-len(keys) // keys_per_shard)
@@ -260,7 +305,9 @@ def publication_spec(settings: dict, *, keys: Sequence[str], **route) -> dict:
     """The publication a Spark run releases: the local engine's (``KeyedCounters.publication_spec``
     for the same keys and options, so a publication run locally and on Spark batch is one
     publication), with ``route`` (a stream's shards) added when given."""
-    template = KeyedCounters(keys=["template"], rng=NoiseGenerator.from_seed(0), _lineage="spec", **_mechanism_settings(settings))
+    template = KeyedCounters(
+        keys=["template"], generator=NoiseGenerator.from_seed(0), _lineage="spec", **_mechanism_settings(settings)
+    )
     return {**template.publication_spec(), "keys_sha256": keys_sha256(keys), **route}
 
 
@@ -269,7 +316,7 @@ def _claim(generator: NoiseGenerator, *, settings: dict, keys: Sequence[str], **
     draws; the publication's name goes into ``settings`` (the result's mark)."""
     from pure_dp_mf.engines.ledger import Guard
 
-    guard = Guard(rng=generator, spec=publication_spec(settings, keys=keys, **route))
+    guard = Guard(generator=generator, spec=publication_spec(settings, keys=keys, **route))
     settings["publication"] = guard.name
     return guard
 
@@ -334,23 +381,29 @@ def _digest_limbs(frames, *, mac_key: bytes):
 _INTEGER = "^-?[0-9]+(\\.0*)?$"
 
 
-def _check_columns(events, **columns) -> None:
-    for flag, name in columns.items():
+def _check_columns(events, columns: dict[str, str | None], *, flags: dict[str, str] = API_NAMES) -> None:
+    """Every named column exists (the error names the argument, or the flag, and lists the columns)."""
+    for argument, name in columns.items():
         if name is not None and name not in events.columns:
-            raise InvalidInputError(f"{flag} {name!r}: no such column ({', '.join(events.columns)})")
+            raise InvalidInputError(f"{flags.get(argument, argument)} {name!r}: no such column ({', '.join(events.columns)})")
+
+
+def _check_single(key_column: str | None, keys: Sequence[str], *, flags: dict[str, str]) -> None:
+    """Without a key column the events are one stream: one key, every event its (the local engine's rule)."""
+    if key_column is None and len(keys) != 1:
+        raise InvalidInputError(f"{flags['key_column']}=None is for one key (a single stream), got {len(keys)} keys")
+
+
+USER_UNITS = ("user-step", "user")  # the privacy units whose bounds need the user of every event
 
 
 def _check_unit(privacy_unit: str, user_column: str | None) -> None:
-    """Spark bounds contributions for the units event and user; the others run locally."""
-    if privacy_unit not in ("event", "user"):
-        raise InvalidInputError(
-            f"privacy_unit {privacy_unit!r} runs on the local engine (pure_dp_mf.private_running_counts); Spark counts "
-            "privacy_unit 'event' or 'user'"
-        )
-    if privacy_unit == "user" and user_column is None:
-        raise InvalidInputError("user-level privacy needs user_column")
-    if user_column is not None and privacy_unit != "user":
-        raise InvalidInputError("user_column is for privacy_unit='user'")
+    """The user column goes with the units that bound users (``KeyedCounters`` checks the unit
+    itself, and the bounds, in ``_run_settings``), as ``engines.dataframe`` checks it."""
+    if privacy_unit in USER_UNITS and user_column is None:
+        raise InvalidInputError(f"privacy_unit={privacy_unit!r} needs user_column (the user of every event)")
+    if privacy_unit not in USER_UNITS and user_column is not None:
+        raise InvalidInputError(f"user_column is for privacy_unit 'user' or 'user-step', not {privacy_unit!r}")
 
 
 def _strict_long(column):
@@ -367,18 +420,35 @@ _KEY_SPACE = r"(?U)^[\s\x1c-\x1f]+|[\s\x1c-\x1f]+$"
 Unicode white space and the four separators U+001C–U+001F that Python counts too."""
 
 
-def _scheduled(events, key_table, *, key_column, step_column, value_column, user_column, through: int | None):
+def _scheduled(
+    events,
+    key_table,
+    *,
+    key_column,
+    step_column,
+    value_column,
+    user_column,
+    through: int | None,
+    calendar: Calendar | None = None,
+    only_key: str | None = None,
+):
     """(key, step, value[, user], position, shard) of the events of listed keys whose step is in
     [1, through] (≥ 1 when ``through`` is None: a stream without a horizon); the others are
-    dropped before their values are looked at. A null step or value marks one that does not parse."""
+    dropped before their values are looked at. A null step or value marks one that does not parse.
+    Without a key column every event is ``only_key``'s (one stream); with a ``calendar`` the
+    step column holds dates (``_calendar_steps``)."""
     from pyspark.sql import functions as F
 
     value = _strict_long(F.col(value_column)) if value_column is not None else F.lit(1).cast("long")
-    columns = [
-        F.regexp_replace(F.col(key_column).cast("string"), _KEY_SPACE, "").alias("key"),  # keyed.normalise_key
-        _strict_long(F.col(step_column)).alias("step"),
-        value.alias("value"),
-    ]
+    if key_column is None:
+        key = F.lit(only_key).cast("string")
+    else:
+        key = F.regexp_replace(F.col(key_column).cast("string"), _KEY_SPACE, "")  # keyed.normalise_key
+    if calendar is None:
+        step = _strict_long(F.col(step_column))
+    else:
+        step = _calendar_steps(F.col(step_column), calendar, data_type=events.schema[step_column].dataType)
+    columns = [key.alias("key"), step.alias("step"), value.alias("value")]
     if user_column is not None:
         columns.append(F.col(user_column).cast("string").alias("user"))
     table = events.select(*columns).join(F.broadcast(key_table), on="key", how="inner")
@@ -386,7 +456,42 @@ def _scheduled(events, key_table, *, key_column, step_column, value_column, user
     return table.where(F.col("step").isNull() | in_schedule)
 
 
-def _apply_policy(table, *, invalid: str, max_value: int):
+def _calendar_steps(column, calendar: Calendar, *, data_type):
+    """The 1-based steps of a column of dates or timestamps on the public calendar, null where a
+    cell does not parse: ``Calendar.step_of`` itself, once per distinct cell of each Arrow batch
+    on the executors (a pandas UDF), so that Spark takes exactly the dates the local engine takes
+    (Python's ``datetime.fromisoformat``, the time-zone rule of ``start``), capped at ±2⁶² as
+    there. Cells are read as text; a ``timestamp`` (an instant) as its wall-clock time in the
+    session's time zone, with the zone's offset when ``start`` has a time zone."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    if isinstance(data_type, TimestampType):
+        pattern = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS" + ("XXX" if calendar.start.tzinfo is not None else "")
+        text = F.date_format(column, pattern)
+    else:
+        text = column.cast("string")
+
+    def steps(cells):
+        codes, uniques = pd.factorize(cells, use_na_sentinel=True)
+        found = [_calendar_step(calendar, cell) for cell in uniques] + [None]
+        return pd.Series(pd.array(found, dtype="Int64")[codes])  # code −1 (a null cell) reads the last entry
+
+    steps.__annotations__ = {"cells": pd.Series, "return": pd.Series}  # the UDF's kind, without module-level pandas
+    return F.pandas_udf(steps, "long")(text)  # type: ignore[call-overload]
+
+
+def _calendar_step(calendar: Calendar, cell: Any) -> int | None:
+    """One cell's step (``Calendar.step_of``) capped at ±2⁶², or None when it does not parse."""
+    try:
+        step = calendar.step_of(cell)
+    except (InvalidInputError, TypeError, ValueError, OverflowError):
+        return None
+    return max(-(1 << 62), min(1 << 62, step))
+
+
+def _apply_policy(table, *, invalid: str, max_value: int, columns: dict | None = None, flags=API_NAMES, dates: bool = False):
     """The invalid events of the schedule: refused (one Spark job, before any release), dropped or clamped."""
     from pyspark.sql import functions as F
 
@@ -395,17 +500,68 @@ def _apply_policy(table, *, invalid: str, max_value: int):
         unparsed = unparsed | F.col("user").isNull() | (F.trim(F.col("user")) == "")
     bad = unparsed | (F.col("value") < 0) | (F.col("value") > max_value)
     if invalid == "refuse":
-        count = table.where(bad).count()
-        if count:
-            raise InvalidInputError(
-                f"{count} event(s) of listed keys in the schedule have a step or value that is not an integer in range "
-                f"(value in [0, {max_value}]) or no user; nothing was released"
-            )
+        _refuse_invalid(table, max_value=max_value, columns=columns or {}, flags=flags, dates=dates)
         return table
     parsed = table.where(~unparsed)
     if invalid == "clamp":
         return parsed.withColumn("value", F.least(F.greatest(F.col("value"), F.lit(0)), F.lit(max_value)).cast("long"))
     return parsed.where(~bad)
+
+
+def _refuse_invalid(table, *, max_value: int, columns: dict, flags: dict, dates: bool) -> None:
+    """``invalid="refuse"``: one Spark job counts the invalid events of each kind (a step that is
+    not an integer, or not a date with a calendar; a value that is not an integer, or outside
+    [0, m]; no user), and any stops the run, before anything is released, with one error naming
+    the column of the first kind found and how many events are invalid, never a value."""
+    from pyspark.sql import functions as F
+
+    step_bad = F.col("step").isNull()
+    value_bad = ~step_bad & F.col("value").isNull()
+    outside = ~step_bad & ~value_bad & ((F.col("value") < 0) | (F.col("value") > max_value))
+    kinds = {"step": step_bad, "value": value_bad, "outside": outside}
+    if "user" in table.columns:
+        kinds["user"] = ~step_bad & ~value_bad & ~outside & (F.col("user").isNull() | (F.trim(F.col("user")) == ""))
+    found = table.agg(*(F.sum(F.when(test, 1).otherwise(0)).alias(name) for name, test in kinds.items())).first()
+    counts = {name: int(found[name] or 0) for name in kinds}
+    total = sum(counts.values())
+    if not total:
+        return
+    what = {
+        "step": (
+            "step_column",
+            "are not ISO dates or timestamps (in the time zone of start, or none)" if dates else "are not integers",
+        ),
+        "value": ("value_column", "are not integers"),
+        "outside": ("value_column", f"are outside [0, {max_value}] ({flags.get('max_value', 'max_value')})"),
+        "user": ("user_column", "have an empty user id (every event needs its user for the contribution bounds)"),
+    }
+    kind = next(name for name in kinds if counts[name])
+    argument, words = what[kind]
+    column = f"{flags.get(argument, argument)} {columns[argument]!r}: " if columns.get(argument) is not None else ""
+    raise InvalidInputError(
+        f"{column}{counts[kind]} event(s) of listed keys in the schedule {words}; {total} event(s) in all are invalid "
+        f"and nothing was released ({flags.get('invalid', 'invalid')} refuse; zero drops them, clamp clamps their values)"
+    )
+
+
+def _bounded(table, *, privacy_unit: str, max_keys: int | None, max_per_key: int | None, max_value: int):
+    """The events kept by the privacy unit's contribution bounds, as the local engine keeps them
+    (``KeyedCounters.admit``): "event" keeps every event; "step" (one stream) a step's total
+    clipped to m (``PerStepBounder`` with every event one unit's: the kept values of a step sum to
+    min(total, m) whatever their order, summed here by Spark in exact decimals); "user-step" and
+    "user" bound each user's events in the user's group (``_bound_user``)."""
+    from pyspark.sql import functions as F
+
+    if privacy_unit == "step":
+        total = F.least(F.sum(F.col("value").cast("decimal(38,0)")), F.lit(max_value).cast("decimal(38,0)"))
+        return table.groupBy("key", "step", "position", "shard").agg(total.cast("long").alias("value"))
+    if privacy_unit not in USER_UNITS:
+        return table
+    per_step = privacy_unit == "user-step"
+    return table.groupBy("user").applyInPandas(
+        lambda frame: _bound_user(frame, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value, per_step=per_step),
+        "key string, step long, value long, position long, shard long",
+    )
 
 
 def batch_shard_size(*, keys: int, cores: int) -> int:
@@ -437,12 +593,17 @@ def _key_table(spark, keys: Sequence[str], keys_per_shard: int):
         spark.conf.set(setting, before)
 
 
-def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int):
+def _bound_user(frame, *, max_keys: int | None, max_per_key: int | None, max_value: int, per_step: bool = False):
     """One user's kept events: admitted in the order (step, key, value), as the local engine does
-    (a key is known to the bounds by its position in the list)."""
+    (a key is known to the bounds by its position in the list). ``per_step`` (the unit
+    "user-step"): ``PerStepBounder``, the user's first K keys within each step (K = 1 by default,
+    for one key), each clipped to m; else ``ContributionBounder`` (the unit "user")."""
     import pandas as pd
 
-    bounder = ContributionBounder(int(max_keys or 0), int(max_per_key or 0), max_value)
+    if per_step:
+        bounder: ContributionBounder = PerStepBounder(int(max_keys or 1), 1, max_value)
+    else:
+        bounder = ContributionBounder(int(max_keys or 0), int(max_per_key or 0), max_value)
     rows = []
     ordered = frame.sort_values(["step", "key", "value"], kind="stable")
     columns = (ordered[name] for name in ("user", "key", "step", "value", "position", "shard"))
@@ -470,34 +631,48 @@ def _shard_release(frame, *, through: int, settings: dict):
     return (counters, *counters.release_steps(increments, start=0, totals=totals, beta=settings["beta"]))
 
 
-def _release_shard(frame, *, through: int, settings: dict):
-    """One shard's rows (key, step, count, std, lower, upper) at steps 1 … through (``_shard_release``)."""
+def _release_shard(frame, *, through: int, settings: dict, calendar: Calendar | None = None):
+    """One shard's rows (key, step, [date,] count, std, lower, upper) at steps 1 … through (``_shard_release``)."""
     counters, counts, std, lower, upper = _shard_release(frame, through=through, settings=settings)
-    return _rows_frame(counters.keys, counts, std, lower, upper, start=0)
+    return _rows_frame(counters.keys, counts, std, lower, upper, start=0, calendar=calendar)
 
 
-def _shard_frame(counters: KeyedCounters, increments: np.ndarray, *, totals: np.ndarray, start: int, settings: dict):
-    """The rows (key, step, count, std, lower, upper) of ``KeyedCounters.release_steps``: the
-    steps start + 1 … start + s of every key of ``counters``."""
+def _shard_frame(
+    counters: KeyedCounters,
+    increments: np.ndarray,
+    *,
+    totals: np.ndarray,
+    start: int,
+    settings: dict,
+    calendar: Calendar | None = None,
+):
+    """The rows (key, step, [date,] count, std, lower, upper) of ``KeyedCounters.release_steps``:
+    the steps start + 1 … start + s of every key of ``counters``."""
     counts, std, lower, upper = counters.release_steps(increments, start=start, totals=totals, beta=settings["beta"])
-    return _rows_frame(counters.keys, counts, std, lower, upper, start=start)
+    return _rows_frame(counters.keys, counts, std, lower, upper, start=start, calendar=calendar)
 
 
-def _rows_frame(keys: Sequence[str], counts: np.ndarray, std: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, start: int):
-    """Released arrays (keys, steps) as rows (key, step, count, std, lower, upper), key by key."""
+def _rows_frame(
+    keys: Sequence[str],
+    counts: np.ndarray,
+    std: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    *,
+    start: int,
+    calendar: Calendar | None = None,
+):
+    """Released arrays (keys, steps) as rows (key, step, [date,] count, std, lower, upper), key by
+    key; with a calendar the date is the start of the step's period (``Calendar.period``)."""
     import pandas as pd
 
     steps = counts.shape[1]
-    return pd.DataFrame(
-        {
-            "key": np.repeat(np.asarray(keys, dtype=object), steps),
-            "step": np.tile(np.arange(start + 1, start + steps + 1, dtype=np.int64), len(keys)),
-            "count": counts.ravel(),
-            "std": np.tile(std, len(keys)),
-            "lower": lower.ravel(),
-            "upper": upper.ravel(),
-        }
-    )
+    numbers = np.arange(start + 1, start + steps + 1, dtype=np.int64)
+    columns: dict[str, Any] = {"key": np.repeat(np.asarray(keys, dtype=object), steps), "step": np.tile(numbers, len(keys))}
+    if calendar is not None:
+        columns["date"] = np.tile(np.asarray([calendar.period(int(step)) for step in numbers], dtype=object), len(keys))
+    columns |= {"count": counts.ravel(), "std": np.tile(std, len(keys)), "lower": lower.ravel(), "upper": upper.ravel()}
+    return pd.DataFrame(columns)
 
 
 STATE_SCHEMA = "keys_sha256 string, released long, totals string, pending string, ahead string"  # per-key lists as JSON
@@ -534,7 +709,7 @@ def private_running_counts_stream(
     epsilon: float,
     horizon: int | None = None,
     generator: NoiseGenerator,
-    key_column: str = "key",
+    key_column: str | None = "key",
     step_column: str = "step",
     value_column: str | None = None,
     user_column: str | None = None,
@@ -548,9 +723,12 @@ def private_running_counts_stream(
     invalid: str = "zero",
     query: str | None = None,
     keys_per_shard: int = KEYS_PER_SHARD,
+    start: Any = None,
+    step_size: Any = None,
 ) -> Any:
-    """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event or per
-    user, to be written with a checkpoint location (``writeStream…option("checkpointLocation", …)``).
+    """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event, step,
+    user-step or user, to be written with a checkpoint location
+    (``writeStream…option("checkpointLocation", …)``).
 
     **A public schedule.** Which steps a micro-batch releases is decided by ``clock``, a streaming
     DataFrame of steps (``file_clock``, ``rate_clock``) that must not depend on the data: each
@@ -559,7 +737,7 @@ def private_running_counts_stream(
     ``mechanisms.anytime``). Events never decide it: an event of a step the clock has not closed
     waits in the state until it does; events of unlisted keys or beyond the horizon are dropped
     unseen. An event of a step already released is counted at the next step released (event
-    level) or dropped (user level), so every kept event changes one key's input at one step.
+    level) or dropped (the other units), so every kept event changes one key's input at one step.
     Invalid events of listed keys follow ``invalid`` ("zero": dropped, "clamp": value clamped to
     [0, m], "stop": the query stops, which is not private).
 
@@ -576,8 +754,15 @@ def private_running_counts_stream(
     holds the noise key's tag: a checkpoint deleted and run again on corrected data, or
     restarted with another key file, is refused (docs/privacy.md, "Spark streaming").
 
-    User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C):
-    each user's contributions are bounded first, in the state store (``_bounded_users``)."""
+    As on Spark batch (``private_running_counts``): ``key_column=None`` counts one stream (one
+    key); with ``start`` (and ``step_size``) the events' step column holds dates, bucketed by
+    the public ``Calendar`` with the local engine's rules (``_calendar_steps``), and the rows
+    get a ``date`` column. The clock still gives steps (``file_clock``; ``rate_clock`` with the
+    calendar's start and step). The unit "step" (one stream) clips each step's total to m when
+    the step is released; an event of a step already released is dropped, as at user level.
+    User level (``privacy_unit="user"``, ``user_column``, ``max_keys`` K, ``max_per_key`` C) and
+    "user-step" (K keys per user within a step): each user's contributions are bounded first, in
+    the state store (``_bounded_users``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -588,9 +773,12 @@ def private_running_counts_stream(
             "generator=NoiseGenerator.from_key_file(path), one key file per query, kept beside its checkpoint"
         )
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
-    _check_columns(events, **columns)
+    _check_columns(events, columns)
+    _check_single(key_column, keys, flags=API_NAMES)
     _check_stream(clock, privacy_unit=privacy_unit, user_column=user_column, invalid=invalid)
+    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
     settings = _run_settings(
+        keys=keys,
         generator=generator,
         lineage=_query_lineage(generator, query),
         beta=beta,
@@ -614,11 +802,11 @@ def private_running_counts_stream(
     shards = _shards(keys, keys_per_shard)
     _check_state_partitions(spark, len(shards))
     key_table = _key_table(spark, keys, keys_per_shard)
-    table = _scheduled(events, key_table, **columns, through=horizon)
+    table = _scheduled(events, key_table, **columns, through=horizon, calendar=calendar, only_key=keys[0])
     table = _stream_policy(table, invalid=invalid, max_value=max_value)
     shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
     ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
-    if privacy_unit == "user":
+    if privacy_unit in USER_UNITS:
         table = _bounded_users(table, settings=settings, keys=keys)
     rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(
         F.broadcast(key_table.select("key", "shard")), on="key", how="inner"
@@ -630,8 +818,10 @@ def private_running_counts_stream(
         rows.unionByName(ticks)
         .groupBy("shard")
         .applyInPandasWithState(
-            lambda shard, frames, state: _release_stream(shard, frames, state, shards=shards, settings=settings),
-            RELEASE_SCHEMA,
+            lambda shard, frames, state: _release_stream(
+                shard, frames, state, shards=shards, settings=settings, calendar=calendar
+            ),
+            release_schema(calendar),
             STATE_SCHEMA,
             "append",
             GroupStateTimeout.NoTimeout,
@@ -676,7 +866,9 @@ def _bounded_users(table, *, settings: dict, keys: Sequence[str]):
     stops with an ``InvalidInputError`` naming the setting without it), bounds each user's
     contributions with the user's bounds state in the state store, admitting the micro-batch's
     events of the user in the order (step, key, value), the local engine's order; a user's event
-    at a step before its last kept step for that key is dropped."""
+    at a step before its last kept step for that key is dropped. For "user-step" the state is
+    the user's bounds within the user's latest step (``PerStepBounder``), and an event of the
+    user at an earlier step is dropped: those steps' bounds are no longer held."""
     provider = table.sparkSession.conf.get("spark.sql.streaming.stateStore.providerClass", "")
     if "RocksDB" not in provider:
         raise InvalidInputError(
@@ -728,7 +920,9 @@ def _user_bounds_processor():
     class UserBounds(StatefulProcessor):
         """One user's contribution bounds across micro-batches: the user's ``ContributionBounder``
         record (at most K entries) in the state store; each micro-batch's events of the user
-        admitted in the order (step, key, value), the local engine's order; the kept events out."""
+        admitted in the order (step, key, value), the local engine's order; the kept events out.
+        "user-step": a ``PerStepBounder``, its record that of the user's latest step, kept with
+        that step; an event before it is dropped (a bound once left is never opened again)."""
 
         def __init__(self, *, settings: dict, keys: Sequence[str]) -> None:
             self.settings = settings
@@ -743,20 +937,32 @@ def _user_bounds_processor():
             import pandas as pd
 
             max_value = self.settings["max_value"]
-            bounder = ContributionBounder(int(self.settings["max_keys"]), int(self.settings["max_per_key"]), max_value)
+            per_step = self.settings["privacy_unit"] == "user-step"
+            if per_step:
+                bounder: ContributionBounder = PerStepBounder(int(self.settings["max_keys"] or 1), 1, max_value)
+            else:
+                bounder = ContributionBounder(int(self.settings["max_keys"]), int(self.settings["max_per_key"]), max_value)
             user = None if key[0] is None else str(key[0])
             if self.admitted.exists():
-                bounder.restore_user(user, json.loads(self.admitted.get()[0]))
+                record = json.loads(self.admitted.get()[0])
+                if per_step:  # {"step": the user's latest step, "keys": its bounds}
+                    bounder._step, record = record["step"], record["keys"]  # type: ignore[attr-defined]
+                bounder.restore_user(user, record)
             data = pd.concat(list(rows)).sort_values(["step", "key", "value"], kind="stable")
             values = data["value"].to_numpy(dtype=np.int64)
             if len(values) and (values.min() < 0 or values.max() > max_value):
                 raise InvalidInputError(f"a value is outside [0, {max_value}]")
             kept_rows = []
             for event_key, step, value in zip(data["key"], data["step"], values.tolist(), strict=True):
+                if per_step and bounder._step is not None and int(step) < bounder._step:  # type: ignore[attr-defined]
+                    continue  # a step whose bounds were left: dropped, never bounded afresh
                 kept = bounder.admit(user, self.index[event_key], int(step), int(value))
                 if kept:
                     kept_rows.append((event_key, int(step), kept))
-            self.admitted.update((json.dumps(bounder.user_record(user)),))
+            record = bounder.user_record(user)
+            if per_step:
+                record = {"step": bounder._step, "keys": record}  # type: ignore[attr-defined]
+            self.admitted.update((json.dumps(record),))
             yield pd.DataFrame(kept_rows, columns=["key", "step", "value"]).astype({"step": "int64", "value": "int64"})
 
         def close(self) -> None:
@@ -770,21 +976,25 @@ def _user_bounds(*, settings: dict, keys: Sequence[str]):
     return _user_bounds_processor()(settings=settings, keys=keys)
 
 
-def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict):
+def _release_stream(
+    shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict, calendar: Calendar | None = None
+):
     """One shard in one micro-batch: release its keys' steps up to the clock (the largest tick of
     the batch, capped at the horizon). The keys are cut into shards of ``keys_per_shard``
     consecutive keys of the list; the clock's rows are cross-joined with the shards so that every
     shard is invoked at every tick, and ``groupBy(shard).applyInPandasWithState`` releases a
     shard's keys here in one vectorised pass. The state is (digest of the shard's keys: a query
     restarted with another key list or shard size is refused; steps released; running totals;
-    late inputs; inputs of steps ahead of the clock as {step: per-key list})."""
+    late inputs; inputs of steps ahead of the clock as {step: per-key list}). With the unit
+    "step" each released step's input is clipped to m here, its whole input being known once
+    the clock closes it; late events are dropped. ``calendar``: the rows get the date of their step."""
     import pandas as pd
 
     from pure_dp_mf.engines.registry import generator_tag
 
     shard_keys = shards[int(shard[0])]
     counters = _shard_counters(shard_keys, settings)
-    digest = f"{counters._keys_sha256}:{generator_tag(counters.rng.key)}"  # the shard's keys and the query's noise key
+    digest = f"{counters._keys_sha256}:{generator_tag(counters.generator.key)}"  # the shard's keys and the query's noise key
     if state.exists:
         keys_sha256, released, totals, pending, ahead = state.get
         if keys_sha256.split(":")[0] != counters._keys_sha256:
@@ -822,6 +1032,8 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
         mine = (steps == step) & ~late
         entry = ahead.setdefault(int(step), np.zeros(len(shard_keys), dtype=np.int64))
         np.add.at(entry, rows[mine], values[mine])
+        if settings["privacy_unit"] == "step":  # min(min(a, m) + b, m) = min(a + b, m): the same clip, never overflowing
+            np.minimum(entry, max_value, out=entry)
     if clock <= released:
         state.update(_stream_state(digest, released, totals, pending, ahead))
         return
@@ -829,8 +1041,10 @@ def _release_stream(shard: tuple, frames, state, *, shards: Sequence[Sequence[st
     for step in [step for step in ahead if step <= clock]:
         increments[:, step - released - 1] += ahead.pop(step)
     increments[:, 0] += pending
+    if settings["privacy_unit"] == "step":  # a step's whole input, one unit: its total clipped to m (``PerStepBounder``)
+        increments = np.minimum(increments, max_value)
     _check_stream_steps(counters, increments, shard=int(shard[0]), start=released, settings=settings)
-    frame = _shard_frame(counters, increments, totals=totals, start=released, settings=settings)
+    frame = _shard_frame(counters, increments, totals=totals, start=released, settings=settings, calendar=calendar)
     state.update(_stream_state(digest, clock, totals + increments.sum(axis=1), np.zeros(len(shard_keys), dtype=np.int64), ahead))
     yield frame
 
@@ -847,7 +1061,7 @@ def _check_stream_steps(counters: KeyedCounters, increments: np.ndarray, *, shar
         return
     from pure_dp_mf.engines.ledger import keyed_step_digest, open_ledger
 
-    key = counters.rng.key
+    key = counters.generator.key
     digests = [
         keyed_step_digest(key, step=start + i, keys=counters.keys, values=increments[:, i], part=shard)
         for i in range(increments.shape[1])
@@ -865,14 +1079,18 @@ def _stream_state(digest: str, released: int, totals: np.ndarray, pending: np.nd
     )
 
 
-def _run_settings(*, generator: NoiseGenerator, beta: float, lineage: str | None = None, **mechanism) -> dict:
+def _run_settings(
+    *, generator: NoiseGenerator, beta: float, lineage: str | None = None, keys: Sequence[str] = ("template",), **mechanism
+) -> dict:
     """The picklable settings every executor rebuilds a key's counter from: the driver's
     ``KeyedCounters`` checks them once and fixes the base file and the run's lineage (every
     key's counter shares the run's generator and lineage: a fresh one per run, or the lineage
-    of the query's key file, ``_query_lineage``)."""
+    of the query's key file, ``_query_lineage``). It is made with the first two keys, so that
+    the checks that count keys (the unit "step" is for one stream, "user-step" with several keys
+    needs K) refuse on the driver, with the local engine's words, before any executor runs."""
     if generator.seeded:
         _warn_seeded()
-    template = KeyedCounters(keys=["template"], rng=generator, _lineage=lineage, **mechanism)
+    template = KeyedCounters(keys=list(keys[:2]), generator=generator, _lineage=lineage, **mechanism)
     return {
         **mechanism,
         "base": template.base_file,
@@ -910,7 +1128,7 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict, *, keep: bool = T
     if not keep:
         return KeyedCounters(
             keys=shard_keys,
-            rng=NoiseGenerator.from_record(settings["generator"]),
+            generator=NoiseGenerator.from_record(settings["generator"]),
             _lineage=settings["lineage"],
             **_mechanism_settings(settings),
         )
@@ -920,7 +1138,7 @@ def _shard_counters(shard_keys: Sequence[str], settings: dict, *, keep: bool = T
     if counters is None:
         counters = KeyedCounters(
             keys=shard_keys,
-            rng=NoiseGenerator.from_record(settings["generator"]),
+            generator=NoiseGenerator.from_record(settings["generator"]),
             _lineage=settings["lineage"],
             **_mechanism_settings(settings),
         )
@@ -1110,16 +1328,20 @@ def count_file_on_spark(
     keys: list[str],
     columns: dict,
     options: dict,
-    rng: NoiseGenerator | None,
+    generator: NoiseGenerator | None,
     output,
     output_format: str,
     beta: float,
     through: int,
     invalid: str = "refuse",
+    calendar: Calendar | None = None,
 ) -> None:
     """``count --engine spark``: the releases of a CSV file's events, written by the executors
-    and never held by the driver. Each executor's Python worker releases a shard of keys and
-    writes the shard's rows itself (``_write_shard``) into a folder beside ``--output``; then
+    and never held by the driver, in the local engine's layout (``keyed_io.Layout``): without
+    ``--key-column`` (``columns["key_column"]`` None) one stream of the one key in ``keys``,
+    its key not shown; with ``calendar`` (``--start``, ``--step-size``) dates in the step
+    column and a ``date`` column in the output. Each executor's Python worker releases a shard
+    of keys and writes the shard's rows itself (``_write_shard``) into a folder beside ``--output``; then
 
     * csv and jsonl: the driver streams the shards' files into ``--output`` (or standard
       output) step by step, in step order, keys in list order, as the local engine writes them
@@ -1145,12 +1367,17 @@ def count_file_on_spark(
         raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
     output = None if output is None else Path(output)
     _check_output(output, output_format)
-    generator = rng if rng is not None else NoiseGenerator.secure()
-    template = KeyedCounters(
-        keys=keys[:1], rng=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
+    generator = generator if generator is not None else NoiseGenerator.secure()
+    template = KeyedCounters(  # two keys: the unit's checks that count keys refuse here, before Spark starts
+        keys=keys[:2], generator=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
     )
     summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark", "invalid": invalid}
     summary["seeded"] = generator.seeded
+    show_keys = columns.get("key_column") is not None
+    if calendar is not None:
+        summary["calendar"] = calendar.record()
+    if not show_keys:  # one stream: no key in the output, nor a count of keys in its metadata (as the local engine)
+        summary.pop("keys")
     session = local_session("pure-dp-mf count")
     keys_per_shard = cli_shard_size(keys=len(keys), cores=int(session.sparkContext.defaultParallelism))
     parts = Path(tempfile.mkdtemp(prefix=".pure-dp-mf-spark-", dir=None if output is None else output.parent))
@@ -1165,13 +1392,22 @@ def count_file_on_spark(
                 through=through,
                 keys_per_shard=keys_per_shard,
                 invalid=invalid,
+                calendar=calendar,
+                flags=CLI_FLAGS,
                 **columns,
                 **options,
             )
             folder = str(parts)
             written = grouped.applyInPandas(
                 lambda group: _write_shard(
-                    group, through=through, settings=settings, folder=folder, output_format=output_format, summary=summary
+                    group,
+                    through=through,
+                    settings=settings,
+                    folder=folder,
+                    output_format=output_format,
+                    summary=summary,
+                    show_keys=show_keys,
+                    calendar=calendar,
                 ),
                 "shard long, rows long",
             )
@@ -1189,7 +1425,10 @@ def count_file_on_spark(
                 output.rmdir()  # checked empty above
             os.replace(parts, output)
             return
-        _merge_shards(parts, shards=shards, steps=through, output=output, output_format=output_format, summary=summary)
+        header = Layout(keys=[], show_keys=show_keys, calendar=calendar).columns
+        _merge_shards(
+            parts, shards=shards, steps=through, output=output, output_format=output_format, summary=summary, columns=header
+        )
     finally:
         shutil.rmtree(parts, ignore_errors=True)
 
@@ -1214,20 +1453,29 @@ def _check_output(output, output_format: str) -> None:
 SHARD_FILE = "shard-{:06d}.{}"
 
 
-def _write_shard(frame, *, through: int, settings: dict, folder: str, output_format: str, summary: dict):
+def _write_shard(
+    frame,
+    *,
+    through: int,
+    settings: dict,
+    folder: str,
+    output_format: str,
+    summary: dict,
+    show_keys: bool = True,
+    calendar: Calendar | None = None,
+):
     """On an executor: release one shard (``_shard_release``) and write its rows into ``folder``,
     each file written under a temporary name and renamed. csv/jsonl: ``shard-SSSSSS.csv`` (or
     .jsonl) holds the shard's rows step after step, each step's keys in list order, in the local
-    engine's text (``keyed_io.Layout.text``), and ``shard-SSSSSS.index.npy`` the byte offset of
-    every step's block; parquet: ``part-SSSSSS.parquet``, the same rows with the local engine's
-    schema and metadata. Returns one row (shard, rows)."""
+    engine's text (``keyed_io.Layout.text``, with ``show_keys`` and ``calendar`` as there), and
+    ``shard-SSSSSS.index.npy`` the byte offset of every step's block; parquet:
+    ``part-SSSSSS.parquet``, the same rows with the local engine's schema and metadata. Returns
+    one row (shard, rows)."""
     import pandas as pd
-
-    from pure_dp_mf.engines.keyed_io import Layout
 
     counters, counts, std, lower, upper = _shard_release(frame, through=through, settings=settings)
     shard = int(frame["shard"].iloc[0])
-    layout = Layout(keys=counters.keys)
+    layout = Layout(keys=counters.keys, show_keys=show_keys, calendar=calendar)
     base = os.path.join(folder, SHARD_FILE.format(shard, output_format))
     if output_format == "parquet":
         import pyarrow
@@ -1237,6 +1485,9 @@ def _write_shard(frame, *, through: int, settings: dict, folder: str, output_for
         arrays = {
             "key": pyarrow.array(np.tile(np.asarray(counters.keys, dtype=object), steps), type=pyarrow.string()),
             "step": pyarrow.array(np.repeat(np.arange(1, steps + 1, dtype=np.int64), keys)),
+            "date": None
+            if calendar is None
+            else pyarrow.array(np.repeat([calendar.period(step) for step in range(1, steps + 1)], keys), type=pyarrow.string()),
             "count": pyarrow.array(counts.T.ravel()),
             "std": pyarrow.array(np.repeat(np.asarray(std, dtype=np.float64), keys)),
             "lower": pyarrow.array(lower.T.ravel()),
@@ -1263,8 +1514,11 @@ def _write_shard(frame, *, through: int, settings: dict, folder: str, output_for
     return pd.DataFrame({"shard": [shard], "rows": [counts.size]})
 
 
-def _merge_shards(folder, *, shards: int, steps: int, output, output_format: str, summary: dict) -> None:
-    """The shards' files streamed into ``output`` (standard output when None): the header, then
+def _merge_shards(
+    folder, *, shards: int, steps: int, output, output_format: str, summary: dict, columns: Sequence[str] = COLUMNS
+) -> None:
+    """The shards' files streamed into ``output`` (standard output when None): the header (csv:
+    ``columns``, the layout's), then
     for each step every shard's block of that step in shard order (the keys' list order). One
     block (a shard's keys at one step) is in memory at a time; each shard's file is read front
     to back once."""
@@ -1273,7 +1527,6 @@ def _merge_shards(folder, *, shards: int, steps: int, output, output_format: str
 
     from pure_dp_mf.engines.io import write_sidecar
     from pure_dp_mf.engines.journal import storage_error
-    from pure_dp_mf.engines.keyed_io import COLUMNS
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < shards + 64:  # every shard's file open at once
@@ -1283,7 +1536,7 @@ def _merge_shards(folder, *, shards: int, steps: int, output, output_format: str
     if lengths.shape != (shards, steps):
         raise SparkJobError(f"the shards' files do not hold {steps} steps each")
     header = (
-        ",".join(COLUMNS) + "\n"
+        ",".join(columns) + "\n"
         if output_format == "csv"
         else json.dumps({"header": summary}, ensure_ascii=False, sort_keys=True) + "\n"
     )

@@ -88,16 +88,8 @@ FEATURES = {
 
 _LINES = "one value per line is one step's value"
 _LIFTED = "event rows run lifted bases: no --certificate, --dimension, --monotone or tree --mechanism"
-_SPARK_UNITS = (
-    "--engine spark counts keyed events at --privacy-unit event or user with integer steps; "
-    "one stream, --start and the units step and user-step run on the local engine"
-)
 _ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters", "dataframe", "spark-batch", "spark-stream")
 REFUSED: dict[tuple[str, str], str] = {
-    ("one-stream", "spark-batch"): _SPARK_UNITS,
-    ("dates", "spark-batch"): _SPARK_UNITS,
-    ("unit-step", "spark-batch"): _SPARK_UNITS,
-    ("unit-user-step", "spark-batch"): _SPARK_UNITS,
     **{(feature, route): _LIFTED for feature in ("certificate", "tree") for route in _ROW_ROUTES},
     ("dates", "cli-lines"): f"--start is for event rows: give --step-column too ({_LINES})",
     ("dates", "counter"): "Counter takes one value per step; dates belong to event rows (KeyedCounters, the DataFrame function)",
@@ -188,7 +180,7 @@ class Publication:
         if self.seed is not None and self.key_file is not None:
             raise InvalidInputError("--key-file and --seed: a key file holds a secure key, a seed a public one; give one of them")
         if self.generator is not None and not isinstance(self.generator, NoiseGenerator):
-            raise InvalidInputError(f"rng must be a NoiseGenerator, got {type(self.generator).__name__}")
+            raise InvalidInputError(f"generator must be a NoiseGenerator, got {type(self.generator).__name__}")
         if self.generator is not None and (self.seed is not None or self.key_file is not None):
             raise InvalidInputError("give a generator, a seed or a key file, not two of them")
         if self.key_file is not None and self.state is not None:

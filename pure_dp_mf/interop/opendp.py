@@ -132,9 +132,14 @@ def _running_counts(
         return []
     if horizon is not None and len(values) > horizon:
         raise InvalidInputError(f"the vector has {len(values)} steps, more than the horizon {horizon}")
-    rng = NoiseGenerator.from_seed(seed) if seed is not None else None
+    generator = NoiseGenerator.from_seed(seed) if seed is not None else None
     counter = Counter(
-        epsilon=epsilon, horizon=horizon or len(values), max_value=max_value, metric=metric, mechanism=mechanism, rng=rng
+        epsilon=epsilon,
+        horizon=horizon or len(values),
+        max_value=max_value,
+        metric=metric,
+        mechanism=mechanism,
+        generator=generator,
     )
     try:
         return [int(count) for count in counter.counter.counts(values)]

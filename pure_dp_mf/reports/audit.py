@@ -180,7 +180,7 @@ def counter_target(
             label = f"{built.name}, streamed by the counter"
     except ArithmeticError as error:  # e.g. norms beyond float range while planning the lift
         raise InvalidInputError(f"the counter cannot be built from this base: {type(error).__name__}: {error}") from None
-    reference = ContinualCounter(epsilon=epsilon, mechanism=built, rng=NoiseGenerator.from_seed(0))
+    reference = ContinualCounter(epsilon=epsilon, mechanism=built, generator=NoiseGenerator.from_seed(0))
     g = built.atoms.grid_bits
     # L̄ on the coordinates rows [0, n) use; the counter's noise is ⌊2^-g·L̄·Y + ½⌋ (lattice.py)
     release_map, used, levels = _engine_map(built, n)
@@ -196,7 +196,7 @@ def counter_target(
     def counter(trial: int, seed: int) -> ContinualCounter:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ContinualCounter(epsilon=epsilon, mechanism=built, rng=NoiseGenerator.from_seed(trial_seed(seed, trial)))
+            return ContinualCounter(epsilon=epsilon, mechanism=built, generator=NoiseGenerator.from_seed(trial_seed(seed, trial)))
 
     def counter_integers(real: ContinualCounter) -> np.ndarray:
         """The counter's own Y on the used coordinates (its exact sampler, its keyed stream)."""

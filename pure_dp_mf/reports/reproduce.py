@@ -603,7 +603,7 @@ def _streaming(section: Section, context: _Context) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeded on purpose: a reproducible demonstration
             counters.append(
-                ContinualCounter(base=path, epsilon=epsilon, horizon=n, metric="maxse", rng=NoiseGenerator.from_seed(run))
+                ContinualCounter(base=path, epsilon=epsilon, horizon=n, metric="maxse", generator=NoiseGenerator.from_seed(run))
             )
         errors[run] = counters[-1].counts(stream) - truth
     counter = counters[-1]
