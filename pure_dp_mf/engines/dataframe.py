@@ -53,7 +53,7 @@ from pure_dp_mf.engines.keyed import (
     run_keyed,
 )
 from pure_dp_mf.engines.partitions import StepInputs
-from pure_dp_mf.engines.spec import CountSpec
+from pure_dp_mf.engines.spec import CountSpec, keyed_spec
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import MAX_DIGITS
 
@@ -108,15 +108,10 @@ def private_running_counts(
     before anything is released. ``budget``: the named budget (``engines.budget``) charged ε with
     the first released step, once per state (a resumed run is not charged again)."""
     frame = _as_pandas(events)
-    if spec is None:
-        if "keys" in options:
-            options["keys"] = check_keys(options["keys"], maximum=MAX_LOCAL_KEYS)
-        spec = CountSpec.of(rows=True, **options)
-    elif options:
-        raise InvalidInputError("give a spec or its options, not both")
-    if spec.keys is None:
-        raise InvalidInputError("keys: the public list of keys is required")
-    spec.check_route("dataframe")
+    if "keys" in options:
+        options["keys"] = check_keys(options["keys"], maximum=MAX_LOCAL_KEYS)
+    spec = keyed_spec(spec, options, route="dataframe")
+    assert spec.keys is not None
     keys = list(spec.keys)
     if len(keys) > MAX_LOCAL_KEYS:
         raise InvalidInputError(f"the key list holds more than {MAX_LOCAL_KEYS:,} keys, the most one local run releases")

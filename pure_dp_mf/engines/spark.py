@@ -56,6 +56,7 @@ from pure_dp_mf.engines.keyed import (
     public_schedule,
 )
 from pure_dp_mf.engines.keyed_io import COLUMNS, Layout
+from pure_dp_mf.engines.spec import CountSpec, keyed_spec
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.validation import check_size
 
@@ -86,26 +87,13 @@ def release_schema(calendar: Calendar | None) -> str:
 def private_running_counts(
     events: Any,
     *,
-    keys: Sequence[str],
-    epsilon: float,
-    horizon: int | None = None,
+    spec: CountSpec | None = None,
     key_column: str | None = "key",
     step_column: str = "step",
     value_column: str | None = None,
     user_column: str | None = None,
-    privacy_unit: str = "event",
-    max_keys: int | None = None,
-    max_per_key: int | None = None,
-    max_value: int = 1,
-    through: Any = None,
-    base: str | None = None,
-    metric: str = "maxse",
-    generator: NoiseGenerator | None = None,
-    beta: float = 0.05,
-    invalid: str = "refuse",
     keys_per_shard: int | None = None,
-    start: Any = None,
-    step_size: Any = None,
+    **options: Any,
 ) -> Any:
     """The releases of every key at every step of the public schedule 1 … ``through`` (default
     the horizon; without a horizon ``through`` is required and the counters are anytime,
@@ -121,7 +109,9 @@ def private_running_counts(
     ``LedgerError`` and nothing is released. The result's ``count``, ``lower`` and ``upper``
     columns carry ``{"pure_dp_mf": {"seeded", "private", "publication"}}`` in their metadata.
 
-    The arguments are those of the local engine's ``engines.dataframe.private_running_counts``,
+    The arguments are those of the local engine's ``engines.dataframe.private_running_counts``
+    (one ``CountSpec``: ``spec`` or its keyword ``options``, ``CountSpec.of``; what Spark batch
+    does not run is refused from the parity table, ``spec.REFUSED``),
     with the same meaning: ``key_column=None`` counts one stream (one key; every event is
     its), ``privacy_unit`` is "event", "step" (one stream: a step's total clipped to m),
     "user-step" (a user's first K = ``max_keys`` keys within each step, each clipped to m) or
@@ -141,26 +131,30 @@ def private_running_counts(
 
     ``keys_per_shard`` (default: the keys spread over two shards per core of the session, at most
     1 024 and at least 64 a shard) sets how many keys one Python call releases; it changes no value."""
-    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
+    spec = keyed_spec(spec, options, route="spark-batch")
+    assert spec.keys is not None and spec.privacy_unit is not None
+    calendar = spec.calendar
+    scheduled = spec.schedule()
+    assert scheduled is not None
     grouped, settings, through = _shard_groups(
         events,
-        keys=keys,
-        epsilon=epsilon,
-        horizon=horizon,
+        keys=spec.keys,
+        epsilon=spec.epsilon,
+        horizon=spec.horizon,
         key_column=key_column,
         step_column=step_column,
         value_column=value_column,
         user_column=user_column,
-        privacy_unit=privacy_unit,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-        max_value=max_value,
-        through=through,
-        base=base,
-        metric=metric,
-        generator=generator,
-        beta=beta,
-        invalid=invalid,
+        privacy_unit=spec.privacy_unit,
+        max_keys=spec.max_keys,
+        max_per_key=spec.max_per_key,
+        max_value=spec.max_value,
+        through=scheduled,
+        base=None if spec.base is None else str(spec.base),
+        metric=spec.metric,
+        generator=spec.publication.noise_generator(),
+        beta=spec.step_beta(intervals=len(spec.keys) * scheduled),
+        invalid=spec.invalid,
         keys_per_shard=keys_per_shard,
         calendar=calendar,
     )
@@ -705,26 +699,14 @@ def private_running_counts_stream(
     events: Any,
     *,
     clock: Any,
-    keys: Sequence[str],
-    epsilon: float,
-    horizon: int | None = None,
-    generator: NoiseGenerator,
+    spec: CountSpec | None = None,
     key_column: str | None = "key",
     step_column: str = "step",
     value_column: str | None = None,
     user_column: str | None = None,
-    privacy_unit: str = "event",
-    max_keys: int | None = None,
-    max_per_key: int | None = None,
-    max_value: int = 1,
-    base: str | None = None,
-    metric: str = "maxse",
-    beta: float = 0.05,
-    invalid: str = "zero",
     query: str | None = None,
     keys_per_shard: int = KEYS_PER_SHARD,
-    start: Any = None,
-    step_size: Any = None,
+    **options: Any,
 ) -> Any:
     """Keyed releases from a streaming DataFrame (Spark Structured Streaming), per event, step,
     user-step or user, to be written with a checkpoint location
@@ -766,7 +748,13 @@ def private_running_counts_stream(
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    keys = check_keys(keys)
+    if spec is None:
+        options.setdefault("invalid", "zero")  # a stream cannot refuse a file before it starts
+    spec = keyed_spec(spec, options, route="spark-stream")
+    assert spec.keys is not None and spec.privacy_unit is not None
+    keys, generator, privacy_unit, invalid = list(spec.keys), spec.publication.generator, spec.privacy_unit, spec.invalid
+    epsilon, horizon, base, metric, max_value = spec.epsilon, spec.horizon, spec.base, spec.metric, spec.max_value
+    max_keys, max_per_key, beta = spec.max_keys, spec.max_per_key, spec.beta
     if not isinstance(generator, NoiseGenerator):
         raise InvalidInputError(
             "a streaming query needs a generator that survives restarts: "
@@ -776,7 +764,7 @@ def private_running_counts_stream(
     _check_columns(events, columns)
     _check_single(key_column, keys, flags=API_NAMES)
     _check_stream(clock, privacy_unit=privacy_unit, user_column=user_column, invalid=invalid)
-    calendar = Calendar.of(start=start, step_size=step_size, flags=("start", "step_size"))
+    calendar = spec.calendar
     settings = _run_settings(
         keys=keys,
         generator=generator,

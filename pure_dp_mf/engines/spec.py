@@ -408,6 +408,20 @@ class CountSpec:
         return dataclasses.replace(self, **changes)
 
 
+def keyed_spec(spec: CountSpec | None, options: dict[str, Any], *, route: str) -> CountSpec:
+    """The spec of a library function over event rows (the DataFrame function, Spark): ``spec``,
+    or one made from the function's keyword ``options`` (``CountSpec.of``), with its public keys
+    (required), checked against ``route``'s column of the parity table."""
+    if spec is None:
+        spec = CountSpec.of(rows=True, **options)
+    elif options:
+        raise InvalidInputError(f"give a spec or its options, not both (got {', '.join(sorted(options))})")
+    if spec.keys is None:
+        raise InvalidInputError("keys: the public list of keys is required")
+    spec.check_route(route)
+    return spec
+
+
 @dataclass(frozen=True)
 class Resolution:
     """What a spec runs (``resolve``): the mechanism and the planner row that chose it (None
