@@ -26,6 +26,30 @@ os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(os.environ["PURE_DP_MF_TEST_REG
 SAFETY_LIMIT = 900
 
 
+@pytest.fixture(scope="module")
+def spark():
+    """A local[2] Spark session for a test module (the spark extra; Java 17), with the RocksDB
+    state store the streaming tests use; stopped after the module."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pure_dp_mf tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
 def run_cli(
     *arguments: str, input_text: str | None = None, timeout: float = SAFETY_LIMIT, env: dict | None = None
 ) -> subprocess.CompletedProcess:

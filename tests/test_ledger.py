@@ -235,7 +235,7 @@ def test_keyed_counters_on_one_lineage_twice_cannot_count_two_inputs(ledger_url)
     from pure_dp_mf.engines.keyed import KeyedCounters
 
     rng = NoiseGenerator.secure()
-    options = {"keys": ["de", "fr"], "epsilon": 1.0, "horizon": 4, "rng": rng, "_lineage": "L1"}
+    options = {"keys": ["de", "fr"], "epsilon": 1.0, "horizon": 4, "generator": rng, "_lineage": "L1"}
     first = KeyedCounters(**options)
     released = first.release(np.array([1, 0]))
     second = KeyedCounters(**options)

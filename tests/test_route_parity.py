@@ -296,3 +296,47 @@ def test_the_docs_show_the_parity_table():
 def test_the_table_names_known_features_and_routes():
     assert all(feature in specs.FEATURES and route in specs.ROUTES for feature, route in specs.REFUSED)
     assert np.all([isinstance(reason, str) and reason for reason in specs.REFUSED.values()])
+
+
+def _spark_rows(spark, spec: CountSpec) -> list[tuple]:
+    """The released rows of ``spec`` on Spark batch (the DataFrame API), collected."""
+    import pandas as pd
+
+    from pure_dp_mf.engines import spark as spark_engine
+
+    one = spec.keys is None
+    chosen = [event for event in EVENTS if not one or event[0] == "a"]
+    when = [spec.calendar.period(t) if spec.calendar is not None else t for _, t, _, _ in chosen]
+    frame = pd.DataFrame(
+        {"key": [k for k, *_ in chosen], "step": when, "user": [u for *_, u, _ in chosen], "value": [v for *_, v in chosen]}
+    )
+    users = spec.privacy_unit in ("user", "user-step")
+    released = spark_engine.private_running_counts(
+        spark.createDataFrame(frame),
+        spec=spec.replace(keys=("count",)) if one else spec,
+        key_column=None if one else "key",
+        value_column="value",
+        user_column="user" if users else None,
+    ).toPandas()
+    keys = ["count"] if one else list(spec.keys or ())
+    rows = [(str(r.key), int(r.step), int(r.count), int(r.lower), int(r.upper)) for r in released.itertuples()]
+    return sorted(rows, key=lambda row: (row[1], keys.index(row[0])))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feature", FEATURES_TESTED)
+def test_spark_batch_runs_a_feature_as_the_local_engine_or_refuses_it_from_the_table(feature, spark, tmp_path):
+    """Spark batch releases the local keyed engine's seeded rows, or the table's refusal."""
+    (tmp_path / "local").mkdir()
+    (tmp_path / "spark").mkdir()
+    local = outcome("keyed-counters", feature, tmp_path / "local")
+    try:
+        spec = make_spec("keyed-counters", feature_options(feature, tmp_path / "spark"))
+        result = ("rows", _spark_rows(spark, spec))
+    except InvalidInputError as error:
+        result = ("refused", str(error))
+    reason = specs.REFUSED.get((feature, "spark-batch"))
+    if reason is not None:
+        assert result == ("refused", reason)
+    else:
+        assert result == local, feature

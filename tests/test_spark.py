@@ -24,27 +24,6 @@ from pure_dp_mf.resources import BASE_FOLDER  # noqa: E402
 BASE = str(BASE_FOLDER / "k004_maxse.npz")
 
 
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pure_dp_mf tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
-
-
 def _events(seed: int = 0) -> list[tuple[str, str, int, int]]:
     rng = np.random.default_rng(seed)
     keys = ["de", "fr", "it", "mars"]

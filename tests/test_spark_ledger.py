@@ -9,7 +9,6 @@ noise vector on the same data): the difference of two releases is T·(x − x′
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,23 +38,6 @@ BASE = str(BASE_FOLDER / "k004_maxse.npz")
 KEYS = ["de", "fr", "it", "es"]
 ROWS = [("u1", "de", 1, 1), ("u2", "fr", 1, 2), ("u1", "de", 3, 1), ("u3", "it", 3, 1), ("u2", "fr", 6, 1)]
 OPTIONS = {"epsilon": 1.0, "horizon": 8, "base": BASE, "max_value": 2, "key_column": "country", "step_column": "day"}
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pure_dp_mf ledger tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
 
 
 def frame_of(spark, rows):

@@ -29,27 +29,6 @@ START = date(2025, 1, 1)
 DAYS = 7  # the streams: one day a micro-batch
 
 
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("pure_dp_mf parity tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .getOrCreate()
-    )
-    yield session
-    session.stop()
-
-
 def _events(seed: int, *, keys: list[str] | None, steps: int = 30, rows: int = 400) -> pd.DataFrame:
     """Random events sorted by day: user, key (one in 10 unlisted), day (an integer 0 … steps + 2:
     some before step 1 and after the schedule) and a value in 0 … 3 (m = 2: some outside)."""
@@ -179,7 +158,7 @@ def test_spark_batch_refuses_dates_and_units_as_the_local_engine_does(spark):
         "it is for one stream": {"privacy_unit": "step"},
         "user-step with several keys needs --max-keys": {"privacy_unit": "user-step", "user_column": "uid"},
         "privacy_unit='user-step' needs user_column": {"privacy_unit": "user-step", "max_keys": 2},
-        "user_column is for privacy_unit 'user' or 'user-step', not 'step'": {"privacy_unit": "step", "user_column": "uid"},
+        "user_column is for privacy_unit 'user' or 'user-step', not 'event'": {"privacy_unit": "event", "user_column": "uid"},
     }
     for message, more in refusals.items():
         for engine, data in ((spark_engine, clean), (local_engine, clean_frame)):
