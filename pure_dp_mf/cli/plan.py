@@ -70,7 +70,7 @@ def plan(
         beta=beta,
         metric=metric,
         mechanism=mechanism,
-        base=None if base is None else str(base),
+        base=base,
         privacy_unit=privacy_unit,
         max_value=max_value,
         max_keys=max_keys,

@@ -56,8 +56,9 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
@@ -154,6 +155,9 @@ class _Setting:
         return EPSILON_RANGE[0]
 
 
+_SETTING_FIELDS = tuple(f.name for f in fields(_Setting))
+
+
 def plan(
     *,
     step: int,
@@ -184,7 +188,7 @@ def accuracy(
     beta: float = 0.05,
     metric: str = "maxse",
     mechanism: str = "auto",
-    base: str | None = None,
+    base: str | os.PathLike | None = None,
     privacy_unit: str = "step",
     max_value: int = 1,
     max_keys: int | None = None,
@@ -194,18 +198,7 @@ def accuracy(
     the counter that ``count`` runs for ``epsilon``, ``horizon`` (None: the anytime counter),
     ``metric``, ``mechanism`` ("auto", "lifted", a tree; "anytime" without a horizon) or ``base``,
     and the privacy unit with its bounds (module docstring): the numbers that counter reports."""
-    setting = _setting(
-        step=step,
-        horizon=horizon,
-        beta=beta,
-        metric=metric,
-        mechanism=mechanism,
-        base=base,
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-    )
+    setting = _setting(**_setting_arguments(locals()))
     epsilon = check_epsilon(epsilon, name="--epsilon")
     if setting.horizon is None and epsilon < setting.lowest_epsilon:
         raise InvalidInputError(
@@ -224,7 +217,7 @@ def plan_epsilon(
     beta: float = 0.05,
     metric: str = "maxse",
     mechanism: str = "auto",
-    base: str | None = None,
+    base: str | os.PathLike | None = None,
     privacy_unit: str = "step",
     max_value: int = 1,
     max_keys: int | None = None,
@@ -239,18 +232,7 @@ def plan_epsilon(
     there meets."""
     if (target_std is None) == (target_half_width is None):
         raise InvalidInputError("give exactly one of --target-std, --target-half-width")
-    setting = _setting(
-        step=step,
-        horizon=horizon,
-        beta=beta,
-        metric=metric,
-        mechanism=mechanism,
-        base=base,
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-    )
+    setting = _setting(**_setting_arguments(locals()))
     tolerance = check_positive(tolerance, name="tolerance")
     if tolerance >= 1:
         raise InvalidInputError(f"tolerance must be below 1, got {tolerance}")
@@ -331,6 +313,12 @@ def _smallest_epsilon(
     return hi
 
 
+def _setting_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``_setting`` among a planning function's own (its ``locals()`` before
+    anything else is assigned): those named as the fields of ``_Setting``."""
+    return {name: arguments[name] for name in _SETTING_FIELDS}
+
+
 def _setting(
     *,
     step: int,
@@ -338,7 +326,7 @@ def _setting(
     beta: float,
     metric: str,
     mechanism: str,
-    base: str | None,
+    base: str | os.PathLike | None,
     privacy_unit: str,
     max_value: int,
     max_keys: int | None,
@@ -380,7 +368,7 @@ def _setting(
     )
 
 
-def _check_mechanism(*, mechanism: str, base: str | None, horizon: int | None, privacy_unit: str) -> None:
+def _check_mechanism(*, mechanism: str, base: str | os.PathLike | None, horizon: int | None, privacy_unit: str) -> None:
     """The mechanism choices ``count`` accepts for this horizon and unit."""
     if horizon is None:
         if mechanism not in ("auto", "anytime"):

@@ -172,10 +172,10 @@ class Journal:
                 building.execute("INSERT INTO progress VALUES (0, 0, ?, ?)", (record, digest))
                 building.execute("COMMIT")
             building.close()
-            _fsync_file(temporary)
+            _fsync(temporary)
             os.link(temporary, path)  # fails if another process created it meanwhile: theirs stands
             linked = True
-            _fsync_folder(folder)
+            _fsync(folder)
         except FileExistsError:
             raise StateFileError(f"{path} already exists; resume it, or choose another state path") from None
         except (OSError, sqlite3.Error) as error:
@@ -208,10 +208,7 @@ class Journal:
             RegistryError: a copy, an older or newer version than its lineage's record, or a
                 generator that feeds another lineage.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise StateFileError(f"{path}: no such state file")
-        connection = _lock(path)
+        path, connection = _locked(path)
         try:
             header = _read_header(path, connection)
             if header.get("format") == OLD_FORMAT:
@@ -225,8 +222,7 @@ class Journal:
                 return journal
             _attach_registry(connection, registry_path)
             journal = cls(path, connection, header, registry_path)
-            connection.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(connection):
                 journal.registry_status = registry_module.check_state(
                     connection, lineage=header["lineage"], state=path, released=journal.released, schema="registry"
                 )
@@ -247,10 +243,6 @@ class Journal:
                     )
                 if journal.registry_status == "unknown" or _new:
                     _record_lineage(connection, header, path, journal.released)
-                connection.execute("COMMIT")
-            except BaseException:
-                _rollback(connection)
-                raise
             journal.resumed = not _new
             return journal
         except (sqlite3.DatabaseError, ValueError, TypeError) as error:
@@ -396,9 +388,9 @@ class Journal:
         try:
             os.close(os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             connection.execute("VACUUM main INTO ?", (str(temporary),))
-            _fsync_file(temporary)
+            _fsync(temporary)
             os.link(temporary, target)
-            _fsync_folder(folder)
+            _fsync(folder)
         except (OSError, sqlite3.Error) as error:
             raise storage_error(target, error) from None
         finally:
@@ -436,17 +428,24 @@ class Journal:
 
 
 @contextlib.contextmanager
-def _transaction(connection: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
-    """One IMMEDIATE transaction: committed when the block ends, rolled back on any exception
-    (re-raised); an SQLite error becomes the package's ``StorageError`` naming ``path``."""
+def _immediate(connection: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One IMMEDIATE transaction: committed when the block ends, rolled back (``_rollback``) on
+    any exception, which is re-raised."""
+    connection.execute("BEGIN IMMEDIATE")
     try:
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        yield connection
+        connection.execute("COMMIT")
+    except BaseException:
+        _rollback(connection)
+        raise
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """``_immediate``, an SQLite error becoming the package's ``StorageError`` naming ``path``."""
+    try:
+        with _immediate(connection):
             yield connection
-            connection.execute("COMMIT")
-        except BaseException:
-            _rollback(connection)
-            raise
     except sqlite3.Error as error:
         raise storage_error(path, error) from None
 
@@ -458,6 +457,14 @@ def _rollback(connection: sqlite3.Connection) -> None:
     if connection.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             connection.execute("ROLLBACK")
+
+
+def _locked(path: str | os.PathLike) -> tuple[Path, sqlite3.Connection]:
+    """The state file at ``path`` (refused when there is none) and a connection holding its lock."""
+    path = Path(path)
+    if not path.is_file():
+        raise StateFileError(f"{path}: no such state file")
+    return path, _lock(path)
 
 
 def _lock(path: Path) -> sqlite3.Connection:
@@ -547,15 +554,10 @@ def _claim_first(header: dict, registry: str | os.PathLike | None) -> None:
         return
     connection = registry_module.connect(registry)
     try:
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(connection):
             registry_module.claim_generator(
                 connection, key=key, lineage=header["lineage"], what=str(header.get("what", "counter"))
             )
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
     finally:
         connection.close()
 
@@ -570,10 +572,7 @@ def _attach_registry(connection: sqlite3.Connection, path: Path) -> None:
 
 def peek_lineage(path: str | os.PathLike) -> str:
     """The lineage of the state at ``path`` (its header read under its lock, nothing else)."""
-    path = Path(path)
-    if not path.is_file():
-        raise StateFileError(f"{path}: no such state file")
-    connection = _lock(path)
+    path, connection = _locked(path)
     try:
         return str(_read_header(path, connection)["lineage"])
     finally:
@@ -585,18 +584,14 @@ def adopt(path: str | os.PathLike, *, registry: str | os.PathLike | None = None)
     registry): its lineage and generator are recorded with its released count, so it can be
     resumed here. Refused when the registry knows its lineage or its generator already (the
     state is then known, or a copy). Returns the state's lineage and released count."""
-    path = Path(path)
-    if not path.is_file():
-        raise StateFileError(f"{path}: no such state file")
-    connection = _lock(path)
+    path, connection = _locked(path)
     try:
         header = _read_header(path, connection)
         if header.get("moved_to"):
             raise StateFileError(f"{path}: this state was moved to {header['moved_to']}; adopt that one")
         released = int(connection.execute("SELECT released FROM progress WHERE id = 0").fetchone()[0])
         _attach_registry(connection, registry_module.registry_path(registry))
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(connection):
             known = connection.execute("SELECT state FROM registry.lineages WHERE lineage = ?", (header["lineage"],)).fetchone()
             if known is not None:
                 raise registry_module.RegistryError(
@@ -608,10 +603,6 @@ def adopt(path: str | os.PathLike, *, registry: str | os.PathLike | None = None)
                     connection, key=key, lineage=header["lineage"], what=str(header.get("what", "counter")), schema="registry"
                 )
             _record_lineage(connection, header, path, released)
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
     finally:
         connection.close()
     return {"lineage": header["lineage"], "released": released, "seeded": secure_key(header) is None}
@@ -638,16 +629,9 @@ def secure_key(header: dict) -> bytes | None:
         raise StateFileError("corrupted state (its generator record has no valid key)") from None
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush the file or folder at ``path`` to disk (a folder: the names it holds)."""
     descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _fsync_folder(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:

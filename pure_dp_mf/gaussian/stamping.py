@@ -56,8 +56,34 @@ class GaussianMechanism(Protocol):
     def dense_encoder(self) -> np.ndarray: ...
 
 
+class DenseMatrices:
+    """The ``GaussianMechanism`` methods of a mechanism that holds its dense decoder B (n×m) and
+    encoder C (m×n): the Gram matrix CᵀC, the per-step noise variances ‖B_t‖², ‖B‖_F², B·z."""
+
+    decoder: np.ndarray
+    encoder: np.ndarray
+
+    def gram(self) -> np.ndarray:
+        return self.encoder.T @ self.encoder
+
+    def per_step_variance(self) -> np.ndarray:
+        return np.sum(self.decoder * self.decoder, axis=1)
+
+    def decoder_frobenius_squared(self) -> float:
+        return float(np.sum(self.decoder * self.decoder))
+
+    def decode(self, z: np.ndarray) -> np.ndarray:
+        return self.decoder @ np.asarray(z, dtype=np.float64)
+
+    def dense_decoder(self) -> np.ndarray:
+        return self.decoder
+
+    def dense_encoder(self) -> np.ndarray:
+        return self.encoder
+
+
 @dataclass(frozen=True)
-class DenseMechanism:
+class DenseMechanism(DenseMatrices):
     """Any factorization given by dense matrices: decoder B (n×m), encoder C (m×n)."""
 
     decoder: np.ndarray
@@ -77,24 +103,6 @@ class DenseMechanism:
     @property
     def inner_size(self) -> int:
         return int(self.encoder.shape[0])
-
-    def gram(self) -> np.ndarray:
-        return self.encoder.T @ self.encoder
-
-    def per_step_variance(self) -> np.ndarray:
-        return np.sum(self.decoder * self.decoder, axis=1)
-
-    def decoder_frobenius_squared(self) -> float:
-        return float(np.sum(self.decoder * self.decoder))
-
-    def decode(self, z: np.ndarray) -> np.ndarray:
-        return self.decoder @ np.asarray(z, dtype=np.float64)
-
-    def dense_decoder(self) -> np.ndarray:
-        return self.decoder
-
-    def dense_encoder(self) -> np.ndarray:
-        return self.encoder
 
 
 class StampedMechanism:

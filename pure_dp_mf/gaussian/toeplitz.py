@@ -59,6 +59,7 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.matrix_files import declared_npy, declared_npz
 from pure_dp_mf.gaussian.participation import MinSeparation, Participation, participation_schema
 from pure_dp_mf.gaussian.sensitivity import schema_sensitivity_squared
+from pure_dp_mf.gaussian.stamping import DenseMatrices
 from pure_dp_mf.validation import check_size, parse_float_text, parse_json, read_bytes_limited
 
 DENSE_LIMIT = 4096  # the dense X = CᵀC (a strategy outside the monotone case) up to this n
@@ -561,7 +562,7 @@ def strategy_report(strategy: ToeplitzStrategy, *, max_participations: int, sepa
 
 
 @dataclass
-class BandedStrategy:
+class BandedStrategy(DenseMatrices):
     """A lower-triangular encoder C with p bands and unit columns (column-normalized banded;
     McKenna, arXiv 2405.15913; Choquette-Choo et al., arXiv 2306.08153), dense, for n up to
     ``DENSE_LIMIT``. With p ≤ b, columns of participations b or more apart are orthogonal, so
@@ -583,26 +584,8 @@ class BandedStrategy:
     def inner_size(self) -> int:
         return self.n
 
-    def gram(self) -> np.ndarray:
-        return self.encoder.T @ self.encoder
-
-    def per_step_variance(self) -> np.ndarray:
-        return np.sum(self.decoder * self.decoder, axis=1)
-
-    def decoder_frobenius_squared(self) -> float:
-        return float(np.sum(self.decoder * self.decoder))
-
     def max_error(self) -> float:
         return float(np.max(self.per_step_variance()))
-
-    def decode(self, z: np.ndarray) -> np.ndarray:
-        return self.decoder @ np.asarray(z, dtype=np.float64)
-
-    def dense_decoder(self) -> np.ndarray:
-        return self.decoder
-
-    def dense_encoder(self) -> np.ndarray:
-        return self.encoder
 
     def stream(self, draw: Callable[[], Any]) -> Iterator[Any]:
         """(B·z)_t: w_t = (z_t − Σ_{1≤j<p} C_{t,t−j}·w_{t−j})/C_{t,t}, then the running sum; O(p·d)."""

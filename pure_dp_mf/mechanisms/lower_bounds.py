@@ -328,12 +328,7 @@ class LowerBoundReport:
             "status": self.status,
             "reason": self.reason,
             "theorem_applies": self.applies,
-            "c2": self.c2,
-            "c2_bound": self.c2_bound,
-            "c2_ratio": self.c2_ratio,
-            "cf": self.cf,
-            "cf_bound": self.cf_bound,
-            "cf_ratio": self.cf_ratio,
+            **_costs_against_bounds(self),
             "c2_squared": self.c2_squared,
             "cf_squared": None if self.cf_squared is None else [str(self.cf_squared.numerator), str(self.cf_squared.denominator)],
             "a": self.a,
@@ -643,13 +638,20 @@ class TreeRatio:
             "arity": self.arity,
             "n": self.n,
             "status": self.status,
-            "c2": self.c2,
-            "c2_bound": self.c2_bound,
-            "c2_ratio": self.c2_ratio,
-            "cf": self.cf,
-            "cf_bound": self.cf_bound,
-            "cf_ratio": self.cf_ratio,
+            **_costs_against_bounds(self),
         }
+
+
+def _costs_against_bounds(result: LowerBoundReport | TreeRatio) -> dict:
+    """The ``as_dict`` entries of c₂, c_F, their lower bounds and the ratios cost/bound."""
+    return {
+        "c2": result.c2,
+        "c2_bound": result.c2_bound,
+        "c2_ratio": result.c2_ratio,
+        "cf": result.cf,
+        "cf_bound": result.cf_bound,
+        "cf_ratio": result.cf_ratio,
+    }
 
 
 def tree_ratios(*, tree: str, n_values: list[int], arity: int = 2) -> Iterator[TreeRatio]:

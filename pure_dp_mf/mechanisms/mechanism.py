@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization, array_sha256
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder
 from pure_dp_mf.mechanisms.streaming import StreamingDecoder
-from pure_dp_mf.release.lattice import PAGE, ExactDecoder, Rates, noise_rate
+from pure_dp_mf.release.lattice import ExactDecoder, Rates, noise_rate
 from pure_dp_mf.release.single import SingleRelease
 from pure_dp_mf.validation import check_size
 
@@ -66,29 +67,13 @@ class Mechanism:
         base = noise_rate(epsilon=Fraction(epsilon), sensitivity=sensitivity, grid_bits=self.atoms.grid_bits)
         return Rates(base=base, alphas=self.alphas)
 
-    def release(
-        self,
-        *,
-        generators: list,
-        epsilon: float,
-        step_sensitivity: int = 1,
-        sensitivity: Fraction | None = None,
-        page_size: int = PAGE,
-        cached_pages: int | None = None,
-    ) -> SingleRelease:
+    def release(self, *, generators: list, epsilon: float, **options: Any) -> SingleRelease:
         """The exact release of this mechanism for a counter: one noise source per generator (a
         coordinate of the stream), rates for the total sensitivity Δ_step·Δ, or ``sensitivity``
         when given (a keyed user-level Δ); ``page_size`` is the noise layout (``LatticeSource``),
-        ``cached_pages`` only memory (``SingleRelease``)."""
-        return SingleRelease(
-            mechanism=self,
-            generators=generators,
-            epsilon=epsilon,
-            step_sensitivity=step_sensitivity,
-            sensitivity=sensitivity,
-            page_size=page_size,
-            cached_pages=cached_pages,
-        )
+        ``cached_pages`` only memory. ``options`` (``step_sensitivity``, ``sensitivity``,
+        ``page_size``, ``cached_pages``) are ``SingleRelease``'s, with its defaults."""
+        return SingleRelease(mechanism=self, generators=generators, epsilon=epsilon, **options)
 
 
 # ---------------------------------------------------------------------------------------------

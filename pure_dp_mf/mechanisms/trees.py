@@ -143,9 +143,13 @@ def _offset_levels(n: int, k: int, a: int) -> int:
 def _offset_entries(n: int, k: int, a: int):
     """(row, level, node index, coefficient) arrays of the digit tree restricted to [1, n]."""
     levels = _offset_levels(n, k, a)
-    shift = a * (k**levels - 1) // (k - 1)
-    t = np.arange(1, n + 1, dtype=np.int64)
-    u = t + shift
+    return levels, _offset_parts(np.arange(1, n + 1, dtype=np.int64), k, a, levels)
+
+
+def _offset_parts(t: np.ndarray, k: int, a: int, levels: int) -> list:
+    """The (row, level, node index, coefficient) parts of the rows t (1-based) of the digit tree
+    with ``levels`` levels: per level j, the nodes of the digits of u = t + M above or below 0."""
+    u = t + a * (k**levels - 1) // (k - 1)
     parts = []
     for j in range(levels):
         size = k**j
@@ -158,7 +162,7 @@ def _offset_entries(n: int, k: int, a: int):
         for c in range(a):
             mask = digit < -c
             parts.append((t[mask] - 1, j, base[mask] - (c + 1), -1))
-    return levels, parts
+    return parts
 
 
 def _offset_costs(n: int, k: int, a: int) -> tuple[int, int, int]:
@@ -780,21 +784,7 @@ class TreeDecoder:
 
     def _digit_parts(self, t: np.ndarray) -> list:
         """``_offset_entries`` for the rows t (1-based) only."""
-        k, a, levels = self.k, self.offset_digits, self.heights
-        u = t + a * (k**levels - 1) // (k - 1)
-        parts = []
-        for j in range(levels):
-            size = k**j
-            digit = (u // size) % k - a
-            above = a * (k**levels - k ** (j + 1)) // (k - 1)
-            base = ((u // (size * k)) * (size * k) - above) // size
-            for c in range(k - 1 - a):
-                mask = digit > c
-                parts.append((t[mask] - 1, j, base[mask] + c, 1))
-            for c in range(a):
-                mask = digit < -c
-                parts.append((t[mask] - 1, j, base[mask] - (c + 1), -1))
-        return parts
+        return _offset_parts(t, self.k, self.offset_digits, self.heights)
 
     def _smooth_entries(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``_smooth_entries`` for the rows t (1-based) only: the nodes of the 1-bits of v_t above

@@ -70,6 +70,16 @@ def _below_from_bits(m: int, bits) -> int:
             return value
 
 
+def _keyed_shake(domain: bytes, *, key: bytes, index: int, what: str):
+    """SHAKE256 absorbing ``domain`` ‖ ``key`` ‖ ``index`` (16 bytes, little-endian): the PRF of
+    one stream, after refusing a key under 16 bytes and a negative ``what`` index."""
+    if not isinstance(key, bytes | bytearray) or len(key) < 16:
+        raise InvalidInputError("a noise key must be at least 16 bytes")
+    if index < 0:
+        raise InvalidInputError(f"a {what} index must be >= 0, got {index}")
+    return hashlib.shake_256(domain + bytes(key) + index.to_bytes(16, "little"))
+
+
 class ShakeStream:
     """The bit stream of one noise block: chunk c (c = 0, 1, …) is the first 512 bytes of
     SHAKE-256(domain ‖ key ‖ index (16 bytes) ‖ c (8 bytes)), all little-endian, read in order.
@@ -79,11 +89,7 @@ class ShakeStream:
     read disjoint PRF outputs. Counter mode keeps the cost linear in the bits read."""
 
     def __init__(self, *, key: bytes, index: int) -> None:
-        if not isinstance(key, bytes | bytearray) or len(key) < 16:
-            raise InvalidInputError("a noise key must be at least 16 bytes")
-        if index < 0:
-            raise InvalidInputError(f"a coordinate index must be >= 0, got {index}")
-        self._prefix = hashlib.shake_256(DOMAIN + bytes(key) + index.to_bytes(16, "little"))
+        self._prefix = _keyed_shake(DOMAIN, key=key, index=index, what="coordinate")
         self._chunk = 0
         self._value, self._available = 0, 0  # unread bits, lowest first
 
@@ -215,11 +221,7 @@ class WordStream:
     the bytes, depend on the request sizes, and a reader must make the same requests)."""
 
     def __init__(self, *, key: bytes, index: int) -> None:
-        if not isinstance(key, bytes | bytearray) or len(key) < 16:
-            raise InvalidInputError("a noise key must be at least 16 bytes")
-        if index < 0:
-            raise InvalidInputError(f"a block index must be >= 0, got {index}")
-        self._prefix = hashlib.shake_256(BLOCK_DOMAIN + bytes(key) + index.to_bytes(16, "little"))
+        self._prefix = _keyed_shake(BLOCK_DOMAIN, key=key, index=index, what="block")
         self._chunk = 0
         self._buffer = b""
         self._position = 0

@@ -229,14 +229,14 @@ def format_cell(cell: Any) -> str:
 # ---------------------------------------------------------------------------------- figures
 
 
-def save_png(figure, path: str | os.PathLike) -> Path:
-    """Write ``figure`` as a PNG at ``path`` (checked writable first), atomically, and close it."""
+def save_png(figure, path: str | os.PathLike, *, dpi: int = 110) -> Path:
+    """Write ``figure`` as a PNG of ``dpi`` at ``path`` (checked writable first), atomically, and close it."""
     import matplotlib.pyplot as plt
 
     path = check_writable_file(path, name="plot")
     buffer = io.BytesIO()
     figure.tight_layout()
-    figure.savefig(buffer, format="png", dpi=110)
+    figure.savefig(buffer, format="png", dpi=dpi)
     plt.close(figure)
     atomic_write_bytes(path, buffer.getvalue())
     return path
@@ -357,12 +357,7 @@ def plot_leading_constants(
         axis.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("leading constant (dashed: Table 1, n → ∞)")
     axes[1].legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_png(figure, path, dpi=120)
 
 
 def plot_constant_curve(
@@ -403,12 +398,7 @@ def plot_constant_curve(
     axes.set_ylabel(("MaxSE" if metric == "maxse" else "MeanSE") + " · ε² / log₂(n)³")
     axes.set_title(f"Leading constant against n ({metric}); dashed: Theorem 2.5 asymptote of each base")
     axes.legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
+    return save_png(figure, path, dpi=120)
 
 
 def plot_lift_against_trees(
