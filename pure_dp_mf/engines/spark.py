@@ -752,9 +752,11 @@ def private_running_counts_stream(
         options.setdefault("invalid", "zero")  # a stream cannot refuse a file before it starts
     spec = keyed_spec(spec, options, route="spark-stream")
     assert spec.keys is not None and spec.privacy_unit is not None
-    keys, generator, privacy_unit, invalid = list(spec.keys), spec.publication.generator, spec.privacy_unit, spec.invalid
+    keys, generator, privacy_unit, invalid = list(spec.keys), spec.publication.noise_generator(), spec.privacy_unit, spec.invalid
     epsilon, horizon, base, metric, max_value = spec.epsilon, spec.horizon, spec.base, spec.metric, spec.max_value
-    max_keys, max_per_key, beta = spec.max_keys, spec.max_per_key, spec.beta
+    max_keys, max_per_key = spec.max_keys, spec.max_per_key
+    # a simultaneous band holds over the horizon's steps of every key (the clock decides when each is released)
+    beta = spec.step_beta(intervals=None if horizon is None else len(keys) * horizon)
     if not isinstance(generator, NoiseGenerator):
         raise InvalidInputError(
             "a streaming query needs a generator that survives restarts: "

@@ -103,6 +103,7 @@ REFUSED: dict[tuple[str, str], str] = {
         "--state is for the local engine: a Spark batch run releases every step in one job and keeps no state "
         "(rerun it with a new --output; Spark streaming keeps its state in its checkpoint)"
     ),
+    ("state", "spark-stream"): "a Spark stream keeps its state in its checkpoint (checkpointLocation): give no state",
     ("budget", "spark-batch"): "--budget is for the local engine",
     ("budget", "spark-stream"): "--budget is for the local engine",
     ("extend", "spark-batch"): "--extend with --engine spark is not supported: run it on the local engine",
@@ -118,7 +119,6 @@ REFUSED: dict[tuple[str, str], str] = {
     ("releases", "spark-stream"): "a Spark stream writes every release to its sink; its checkpoint keeps no release log",
     ("invalid-stop", "dataframe"): "invalid='stop' is for one count per line; the DataFrame function takes refuse, zero or clamp",
     ("invalid-stop", "spark-batch"): "--invalid stop is for the local engine; --engine spark takes refuse, zero or clamp",
-    ("invalid-stop", "spark-stream"): "invalid='stop' is for the local engine; a Spark stream takes refuse, zero or clamp",
     ("dimension", "cli-rows"): "--dimension is for one count per line: event rows of d streams are d keys (--key-column)",
     ("dimension", "cli-keyed"): "--dimension is for one count per line: keyed counts are one count per key",
     ("dimension", "keyed-counters"): "dimension is for one count per line: keyed counts are one count per key",
@@ -129,7 +129,6 @@ REFUSED: dict[tuple[str, str], str] = {
         "key-file",
         "cli-lines",
     ): "--key-file is for event rows: give --step-column too (one count per line keeps its key in --state)",
-    ("key-file", "spark-stream"): "a Spark stream keeps its key in its checkpoint; give a generator",
 }
 """The one table of refusals: (feature, route) → why that route does not do it. A pair not in it
 is supported. docs/streaming.md, "Route parity", is this table."""
