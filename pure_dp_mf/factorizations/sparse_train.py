@@ -7,7 +7,10 @@ on such a support from the start and never forms a dense k×k product with it.
 Support. R (k×k, square) is held as values on a set S of positions: the diagonal (always in S,
 so that a start near the identity or a block-diagonal warm start stays invertible) and about
 ``support_per_column`` = s more entries per column, |S| = (s + 1)·k in all. The start takes, in
-every column of the initial R, the diagonal and the s entries largest in magnitude.
+every column of the initial R, the diagonal and the s entries largest in magnitude among those
+above ``prune_threshold`` × max|R| (none of a perturbed identity's noise; the large entries of a
+warm start's blocks), and fills every column up to s + 1 with the positions of largest gradient,
+as a regrowth does (at value 0, so the start's cost is that of the initial R restricted to S).
 
 Decoder. L = T_k·R⁻¹ = cumsum over rows of X, X = R⁻¹, from a sparse LU of R
 (``scipy.sparse.linalg.splu``: SuperLU with COLAMD ordering): X is one solve against the identity,
@@ -29,9 +32,9 @@ every step. Adam (torch's update, β = (0.9, 0.999), ε = 10⁻⁸) runs on the 
 kept per position so that the support can change under it.
 
 Prune and grow. Every ``prune_every`` steps, the off-diagonal entries with |R_ij| below
-``prune_threshold`` × max|R| leave S, and as many positions outside S as bring |S| back to
-(s + 1)·k enter it, the ones where the dense gradient |∂f/∂R| is largest (Evci et al., "Rigging the
-Lottery", ICML 2020), with value 0 and fresh Adam moments: the cost is unchanged by the swap.
+``prune_threshold`` × max|R| leave S, and every column is refilled to s + 1 entries with the
+positions where the dense gradient |∂f/∂R| is largest in that column (Evci et al., "Rigging the
+Lottery", ICML 2020), at value 0 with fresh Adam moments: the cost is unchanged by the swap.
 
 Everything else is the dense trainer's: the divergence guard (a step to a singular R or to a cost
 above ``guard_factor`` × the best is undone and the learning rate halved), the best true cost
@@ -194,16 +197,18 @@ def sparse_objective(values, rows: np.ndarray, columns: np.ndarray, *, k: int, m
 # ------------------------------------------------------------------------------- support
 
 
-def initial_support(R: np.ndarray, *, support_per_column: int) -> tuple[np.ndarray, np.ndarray]:
+def initial_support(R: np.ndarray, *, support_per_column: int, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """(rows, columns) of the diagonal and, in every column, the ``support_per_column`` largest other entries
-    (ties to the lower row), sorted column-major."""
+    with |R_ij| ≥ ``threshold``·max|R| (ties to the lower row), sorted column-major. The trainer then fills
+    the support up to its budget by the gradient (``prune_and_grow``)."""
     k = R.shape[0]
     magnitude = np.abs(R).copy()
     np.fill_diagonal(magnitude, -1.0)  # the diagonal is added separately
     order = np.argsort(-magnitude, axis=0, kind="stable")[:support_per_column]
-    rows = np.concatenate([np.arange(k), order.T.ravel()])
-    columns = np.concatenate([np.arange(k), np.repeat(np.arange(k), support_per_column)])
-    return _sorted(rows, columns, k)
+    large = np.take_along_axis(magnitude, order, axis=0) >= threshold * np.abs(R).max()
+    columns = np.broadcast_to(np.arange(k), order.shape)
+    rows = np.concatenate([np.arange(k), order[large]])
+    return _sorted(rows, np.concatenate([np.arange(k), columns[large]]), k)
 
 
 def _sorted(rows: np.ndarray, columns: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -212,26 +217,37 @@ def _sorted(rows: np.ndarray, columns: np.ndarray, k: int) -> tuple[np.ndarray, 
 
 
 def prune_and_grow(
-    *, values: np.ndarray, rows: np.ndarray, columns: np.ndarray, dense_gradient: np.ndarray, budget: int, threshold: float
+    *,
+    values: np.ndarray,
+    rows: np.ndarray,
+    columns: np.ndarray,
+    dense_gradient: np.ndarray,
+    per_column: int,
+    threshold: float,
 ) -> np.ndarray:
-    """The positions kept (a boolean mask over the support) and the new ones: returns the indices
-    (flat, row·k + column) of the new support, sorted column-major, diagonal always kept.
+    """The new support as flat indices (row·k + column), sorted column-major.
 
-    Off-diagonal entries with |v| < ``threshold``·max|v| are dropped; then the positions outside the
-    remaining support with the largest |∂f/∂R| join until it holds ``budget`` entries."""
+    Off-diagonal entries with |v| < ``threshold``·max|v| are dropped (the diagonal always stays);
+    then every column with fewer than ``per_column`` entries takes the positions outside the
+    support where |∂f/∂R| is largest in that column, until it has ``per_column``. The budget is
+    per column: a global one collects, at a start near the identity, the whole budget in a few
+    columns (the MeanSE gradient there is −T_kᵀ·T_k, largest in the first rows and columns)."""
     k = dense_gradient.shape[0]
     keep = (np.abs(values) >= threshold * np.abs(values).max()) | (rows == columns)
-    kept_flat = rows[keep] * k + columns[keep]
-    grow = budget - kept_flat.size
-    if grow > 0:
-        score = np.abs(dense_gradient).ravel().copy()
-        score[kept_flat] = -1.0
-        candidates = np.argpartition(-score, grow - 1)[:grow] if grow < score.size else np.arange(score.size)
-        candidates = candidates[score[candidates] >= 0]
-        kept_flat = np.concatenate([kept_flat, candidates])
-    new_rows, new_columns = kept_flat // k, kept_flat % k
-    new_rows, new_columns = _sorted(new_rows, new_columns, k)
-    return new_rows * k + new_columns
+    kept_rows, kept_columns = rows[keep], columns[keep]
+    deficit = np.maximum(per_column - np.bincount(kept_columns, minlength=k), 0)
+    most = int(deficit.max())
+    new_rows, new_columns = [kept_rows], [kept_columns]
+    if most > 0:
+        score = np.abs(dense_gradient)
+        score[kept_rows, kept_columns] = -1.0
+        top = np.argpartition(-score, most - 1, axis=0)[:most] if most < k else np.arange(k)[:, None].repeat(k, 1)
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(score, top, axis=0), axis=0, kind="stable"), axis=0)
+        chosen = (np.arange(top.shape[0])[:, None] < deficit[None, :]) & (np.take_along_axis(score, top, axis=0) >= 0)
+        new_rows.append(top[chosen])
+        new_columns.append(np.broadcast_to(np.arange(k), top.shape)[chosen])
+    sorted_rows, sorted_columns = _sorted(np.concatenate(new_rows), np.concatenate(new_columns), k)
+    return sorted_rows * k + sorted_columns
 
 
 # ------------------------------------------------------------------------------- run state
@@ -277,10 +293,10 @@ def _normalised(values: np.ndarray, columns: np.ndarray, k: int) -> np.ndarray:
 def _fresh_run(settings: TrainSettings, options: SparseOptions) -> _SparseRun:
     k = settings.base_size
     R0 = initial_encoder(settings, np.random.default_rng(settings.seed))
-    rows, columns = initial_support(R0, support_per_column=options.support_per_column)
+    rows, columns = initial_support(R0, support_per_column=options.support_per_column, threshold=options.prune_threshold)
     values = _normalised(R0[rows, columns], columns, k)
     zeros = np.zeros_like(values)
-    return _SparseRun(
+    run = _SparseRun(
         rows=rows,
         columns=columns,
         values=values,
@@ -295,6 +311,9 @@ def _fresh_run(settings: TrainSettings, options: SparseOptions) -> _SparseRun:
         best_columns=columns.copy(),
         best_values=values.copy(),
     )
+    _swap_support(run, settings, options, threshold=0.0)  # fill the support by the gradient at the start
+    run.best_rows, run.best_columns, run.best_values = run.rows.copy(), run.columns.copy(), run.values.copy()
+    return run
 
 
 def _snapshot(run: _SparseRun, settings: TrainSettings, options: SparseOptions) -> dict:
@@ -464,8 +483,9 @@ def _adam_step(run: _SparseRun, settings: TrainSettings, options: SparseOptions)
     return current
 
 
-def _swap_support(run: _SparseRun, settings: TrainSettings, options: SparseOptions) -> None:
-    """Prune and grow (module docstring); the gradient is taken at the current values, p at the schedule's."""
+def _swap_support(run: _SparseRun, settings: TrainSettings, options: SparseOptions, *, threshold: float | None = None) -> None:
+    """Prune (below ``threshold``, default the options') and grow (module docstring); the gradient is taken
+    at the current values, p at the schedule's."""
     k = settings.base_size
     fraction = run.step / max(settings.adam_steps - 1, 1)
     loss, current, values, sink = _evaluate(run, settings, _schedule(settings.p_start, settings.p_end, fraction), gradient=True)
@@ -477,8 +497,8 @@ def _swap_support(run: _SparseRun, settings: TrainSettings, options: SparseOptio
         rows=run.rows,
         columns=run.columns,
         dense_gradient=sink["dense_gradient"],
-        budget=(options.support_per_column + 1) * k,
-        threshold=options.prune_threshold,
+        per_column=options.support_per_column + 1,
+        threshold=options.prune_threshold if threshold is None else threshold,
     )
     old = dict(zip((run.rows * k + run.columns).tolist(), range(run.rows.size), strict=True))
     where = np.array([old.get(int(f), -1) for f in flat])
