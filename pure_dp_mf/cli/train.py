@@ -229,7 +229,13 @@ def _train_with_progress(
 
         if options is not None:
             return train_sparse_factorization(
-                settings=settings, options=options, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads
+                settings=settings,
+                options=options,
+                out=out,
+                checkpoint=checkpoint,
+                resume=resume,
+                progress=report,
+                threads=threads,
             )
         return train_base_factorization(
             settings=settings, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads

@@ -111,7 +111,9 @@ def _check_sparse_settings(settings: TrainSettings) -> TrainSettings:
     if settings.inner_size != settings.base_size:
         raise InvalidInputError("the sparse trainer needs a square encoder (inner_size = base_size)")
     if settings.surrogate != "pnorm":
-        raise InvalidInputError(f"the sparse trainer minimises the pnorm surrogate; surrogate {settings.surrogate!r} is not supported")
+        raise InvalidInputError(
+            f"the sparse trainer minimises the pnorm surrogate; surrogate {settings.surrogate!r} is not supported"
+        )
     if settings.device != "cpu":
         raise InvalidInputError("the sparse trainer runs on the cpu (scipy's sparse LU); device must be cpu")
     if settings.adam_precision != "float64":
@@ -442,9 +444,7 @@ def _evaluate(run: _SparseRun, settings: TrainSettings, p: float, *, gradient: b
     values = torch.from_numpy(run.values.copy()).requires_grad_(gradient)
     sink: dict = {}
     try:
-        loss, true = sparse_objective(
-            values, run.rows, run.columns, k=settings.base_size, metric=settings.metric, p=p, sink=sink
-        )
+        loss, true = sparse_objective(values, run.rows, run.columns, k=settings.base_size, metric=settings.metric, p=p, sink=sink)
     except RuntimeError:  # SuperLU: "Factor is exactly singular", or a non-finite inverse
         return None, math.inf, None, sink
     current = float(true.detach())
@@ -456,7 +456,9 @@ def _adam_step(run: _SparseRun, settings: TrainSettings, options: SparseOptions)
     it, or None when the divergence guard undid the previous step."""
     fraction = run.step / max(settings.adam_steps - 1, 1)
     p = _schedule(settings.p_start, settings.p_end, fraction)
-    learning_rate = run.lr_scale * _schedule(cast(float, settings.learning_rate), cast(float, settings.final_learning_rate), fraction)
+    learning_rate = run.lr_scale * _schedule(
+        cast(float, settings.learning_rate), cast(float, settings.final_learning_rate), fraction
+    )
     loss, current, values, sink = _evaluate(run, settings, p, gradient=True)
     if not math.isfinite(current) or current > run.best_log + math.log(settings.guard_factor):
         if run.good is None or run.rejections >= MAX_REJECTIONS:
@@ -533,7 +535,9 @@ def train_sparse_factorization(
     never above the start's (the start is the first candidate), up to the rounding of R to 2^-32.
     Research code: the only randomness is the seeded start."""
     options = SparseOptions() if options is None else options
-    settings, options, state = prepare_sparse_run(settings=settings, options=options, out=out, checkpoint=checkpoint, resume=resume)
+    settings, options, state = prepare_sparse_run(
+        settings=settings, options=options, out=out, checkpoint=checkpoint, resume=resume
+    )
     if stop_after is not None:
         check_size(stop_after, name="stop_after", minimum=0)
     import torch
@@ -563,7 +567,9 @@ def train_sparse_factorization(
             if run.step % 50 == 0 or run.step == total:
                 run.history.append((run.step, true_cost_to_constant(current, base_size=k)))
             if progress is not None:
-                progress(run.step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(run.best_log, base_size=k))
+                progress(
+                    run.step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(run.best_log, base_size=k)
+                )
             if checkpoint is not None and run.step - last_checkpoint >= settings.checkpoint_every:
                 run.elapsed, started = run.elapsed + time.perf_counter() - started, time.perf_counter()
                 _save_checkpoint(checkpoint, _snapshot(run, settings, options))
