@@ -54,7 +54,7 @@ def dense_objective(R, *, metric: str, p: float):
 def test_sparse_backward_equals_dense_autograd(k, metric):
     rows, columns, R_values = random_support(k, seed=k)
     values = torch.tensor(R_values, requires_grad=True)
-    sink: dict = {}
+    sink: dict = {"dense": True}
     loss, _ = sparse_objective(values, rows, columns, k=k, metric=metric, p=64.0, sink=sink)
     loss.backward()
 
