@@ -174,8 +174,9 @@ def _make_decoder_function():
         @staticmethod
         def backward(ctx, decoder_gradient):  # type: ignore[override]
             G = decoder_gradient.detach().numpy()
-            X_bar = np.cumsum(G[::-1], axis=0)[::-1]  # Tᵀ·Ḡ: row i sums rows t ≥ i
-            W = ctx.lu.solve(np.ascontiguousarray(X_bar), trans="T")  # Rᵀ·W = X̄
+            partial = np.cumsum(G, axis=0)
+            X_bar = partial[-1] - partial + G  # Tᵀ·Ḡ: row i sums rows t ≥ i
+            W = np.ascontiguousarray(ctx.lu.solve(X_bar, trans="T"))  # Rᵀ·W = X̄ (SuperLU answers column-major)
             if ctx.sink is not None and ctx.sink.get("dense"):
                 ctx.sink["dense_gradient"] = -W @ ctx.X.T
             return torch.from_numpy(-_row_dots(W, ctx.X, ctx.rows, ctx.columns)), None, None, None, None
