@@ -179,3 +179,13 @@ def test_cli_sparse_trains_and_refuses_bad_combinations(tmp_path):
         refused = runner.invoke(app, [*args[:6], str(tmp_path / "x.npz"), *args[7:], *bad])
         assert isinstance(refused.exception, InvalidInputError) and message in str(refused.exception), refused.output
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_divergence_guard_undoes_steps_across_support_swaps():
+    """A learning rate far too large: steps that blow the cost up are undone (support included, across
+    prune-and-grow) and the rate halved; the run ends no worse than its start."""
+    settings = warm_settings(16, "maxse", adam_steps=80, learning_rate=5.0, final_learning_rate=5.0)
+    result = train_sparse_factorization(settings=settings, options=SparseOptions(prune_every=10))
+    assert result.rejected_steps > 0 and result.steps_done == 80
+    start = Factorization.from_encoder(warm_start_on_support(16, "maxse")).costs().max_se_constant
+    assert result.factorization.metadata["costs"]["max_se_constant"] <= start * (1 + 1e-9)

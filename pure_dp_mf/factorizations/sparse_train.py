@@ -293,7 +293,7 @@ class _SparseRun:
     rejections: int = 0
     swaps: int = 0
     swapped_at: int = 0  # the step of the last prune-and-grow
-    good: tuple | None = None  # (values, m, v, adam_count) before the last accepted step
+    good: tuple | None = None  # (rows, columns, values, m, v, adam_count) before the last accepted step
 
 
 def _dense(values: np.ndarray, rows: np.ndarray, columns: np.ndarray, k: int) -> np.ndarray:
@@ -482,7 +482,7 @@ def _adam_step(run: _SparseRun, settings: TrainSettings, options: SparseOptions)
             raise PureDPMFError(
                 f"training diverged at step {run.step} (cost {current}) after {run.rejections} rejected steps; lower --learning-rate"
             )
-        run.values, run.first_moment, run.second_moment, run.adam_count = run.good
+        run.rows, run.columns, run.values, run.first_moment, run.second_moment, run.adam_count = run.good
         run.lr_scale, run.rejections, run.good = run.lr_scale / 2, run.rejections + 1, None
         return None
     loss.backward()
@@ -490,7 +490,7 @@ def _adam_step(run: _SparseRun, settings: TrainSettings, options: SparseOptions)
     if current < run.best_log:
         run.best_log = current
         run.best_rows, run.best_columns, run.best_values = run.rows.copy(), run.columns.copy(), run.values.copy()
-    run.good = (run.values.copy(), run.first_moment.copy(), run.second_moment.copy(), run.adam_count)
+    run.good = (run.rows, run.columns, run.values.copy(), run.first_moment.copy(), run.second_moment.copy(), run.adam_count)
     beta1, beta2 = ADAM_BETAS
     run.adam_count += 1
     run.first_moment = beta1 * run.first_moment + (1 - beta1) * g
@@ -532,7 +532,6 @@ def _swap_support(run: _SparseRun, settings: TrainSettings, options: SparseOptio
     run.values, run.first_moment, run.second_moment = carried(run.values), carried(run.first_moment), carried(run.second_moment)
     run.rows, run.columns = flat // k, flat % k
     run.swaps += int((~present).sum())
-    run.good = None  # the guard's undo point belongs to the old support
 
 
 def train_sparse_factorization(
