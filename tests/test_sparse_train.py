@@ -174,7 +174,7 @@ def test_cli_sparse_trains_and_refuses_bad_combinations(tmp_path):
         (["--polish", "10"], "--polish and --sparse cannot be combined"),
         (["--support-per-column", "-2"], "--support-per-column must be at least 0"),
         (["--prune-every", "0"], "--prune-every must be at least 1"),
-        (["--surrogate", "projected"], "--surrogate 'projected' is not supported"),
+        (["--surrogate", "projected"], "supports --surrogate 'pnorm' only, got 'projected'"),
     ):
         refused = runner.invoke(app, [*args[:6], str(tmp_path / "x.npz"), *args[7:], *bad])
         assert isinstance(refused.exception, InvalidInputError) and message in str(refused.exception), refused.output

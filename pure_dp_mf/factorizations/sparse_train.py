@@ -22,8 +22,8 @@ adjoint solve. With Ḡ = ∂f/∂L, dL = T·dX and dX = −X·dR·X, so
 computed as X̄ = Tᵀ·Ḡ (a reversed cumulative sum), W = R⁻ᵀ·X̄ (solve Rᵀ·W = X̄) and
 ∂f/∂R = −W·Xᵀ. Adam needs it on S only: (∂f/∂R)_ij = −⟨W_i, X_j⟩ for (i, j) ∈ S, |S|·k flops.
 A step is thus one sparse LU and two solves with k right-hand sides, O(k²·nnz(LU)/k), against
-the dense trainer's k³ inversion and products. The whole ∂f/∂R (one k³ product −W·Xᵀ) is formed
-only when the support is regrown, which ranks it.
+the dense trainer's k³ inversion and products. The whole ∂f/∂R = −(R⁻¹·Wᵀ)ᵀ (a third solve) is
+formed only when the support is regrown, which ranks it.
 
 Objective and optimiser. The same as the dense trainer's "pnorm" surrogate
 (``pure_dp_mf.factorizations.train``): log ĉ = ½·smax_p(log ‖L_t‖²) + smax_p(log ‖R_{:,j}‖₁) for
@@ -112,9 +112,7 @@ def _check_sparse_settings(settings: TrainSettings) -> TrainSettings:
     if settings.inner_size != settings.base_size:
         raise InvalidInputError("the sparse trainer needs a square encoder (inner_size = base_size)")
     if settings.surrogate != "pnorm":
-        raise InvalidInputError(
-            f"the sparse trainer minimises the pnorm surrogate; surrogate {settings.surrogate!r} is not supported"
-        )
+        raise InvalidInputError(f"the sparse trainer supports surrogate 'pnorm' only, got {settings.surrogate!r}")
     if settings.device != "cpu":
         raise InvalidInputError("the sparse trainer runs on the cpu (scipy's sparse LU); device must be cpu")
     if settings.adam_precision != "float64":
@@ -160,7 +158,7 @@ def _make_decoder_function():
         """L = T_k·R⁻¹ from the values of R on its support; backward by the adjoint solve
         ∂f/∂R = −W·Xᵀ, W = R⁻ᵀ·(Tᵀ·Ḡ), X = R⁻¹ (module docstring), formed only on the support. With
         ``sink = {"dense": True}``, ``sink["dense_gradient"]`` receives the whole ∂f/∂R (numpy, k×k;
-        one k³ product, made only when the support is regrown)."""
+        one more solve, made only when the support is regrown)."""
 
         @staticmethod
         def forward(ctx, values, rows, columns, k, sink):  # type: ignore[override]
@@ -178,7 +176,7 @@ def _make_decoder_function():
             X_bar = partial[-1] - partial + G  # Tᵀ·Ḡ: row i sums rows t ≥ i
             W = np.ascontiguousarray(ctx.lu.solve(X_bar, trans="T"))  # Rᵀ·W = X̄ (SuperLU answers column-major)
             if ctx.sink is not None and ctx.sink.get("dense"):
-                ctx.sink["dense_gradient"] = -W @ ctx.X.T
+                ctx.sink["dense_gradient"] = -ctx.lu.solve(np.ascontiguousarray(W.T)).T  # −W·R⁻ᵀ = −(R⁻¹·Wᵀ)ᵀ
             return torch.from_numpy(-_row_dots(W, ctx.X, ctx.rows, ctx.columns)), None, None, None, None
 
     return SparseDecoder
