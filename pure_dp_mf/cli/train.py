@@ -13,6 +13,7 @@ from pure_dp_mf.cli.app import app, console, print_json, print_table
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.factorizations.matrix_files import MAX_ENTRIES
+from pure_dp_mf.factorizations.sparse_train import SparseOptions, prepare_sparse_run, train_sparse_factorization
 from pure_dp_mf.factorizations.train import TrainResult, TrainSettings, polish_settings, prepare_run, train_base_factorization
 from pure_dp_mf.validation import check_size
 
@@ -61,6 +62,14 @@ _POLISH = typer.Option(
     help="projected polish: this many projected-gradient steps at p = --p-end from --init FILE of the same k "
     "(no Adam, no perturbation; --adam-steps, --lbfgs-steps, --surrogate, --init-noise, --p-start not used)",
 )
+_SPARSE = typer.Option(
+    False,
+    "--sparse/--dense",
+    help="sparse trainer: R on a support of --support-per-column entries per column plus the diagonal, pruned and "
+    "regrown every --prune-every steps, L = T_k·R⁻¹ by sparse LU (Adam only: --lbfgs-steps not used)",
+)
+_SUPPORT_PER_COLUMN = typer.Option(6, "--support-per-column", help="--sparse: entries per column of R besides the diagonal")
+_PRUNE_EVERY = typer.Option(50, "--prune-every", help="--sparse: steps between prune-and-grow of the support")
 _CHECKPOINT = typer.Option(None, "--checkpoint", help="checkpoint file (default: OUT with suffix .ckpt)")
 _CHECKPOINT_EVERY = typer.Option(1000, "--checkpoint-every", help="steps between checkpoints")
 _RESUME = typer.Option(None, "--resume", help="continue from this checkpoint (same k, metric, inner size)")
@@ -88,6 +97,9 @@ def train(
     surrogate: str = _SURROGATE,
     adam_precision: str = _ADAM_PRECISION,
     polish: int = _POLISH,
+    sparse: bool = _SPARSE,
+    support_per_column: int = _SUPPORT_PER_COLUMN,
+    prune_every: int = _PRUNE_EVERY,
     checkpoint: Path = _CHECKPOINT,
     checkpoint_every: int = _CHECKPOINT_EVERY,
     resume: Path = _RESUME,
@@ -123,10 +135,21 @@ def train(
         adam_precision=adam_precision,
     )
     if polish is not None:
+        if sparse:
+            raise InvalidInputError("--polish and --sparse cannot be combined: the polish is a dense trainer phase")
         settings = _polish(settings=settings, steps=polish)
-    checkpoint = _prepare(settings=settings, out=out, checkpoint=checkpoint, resume=resume)
+    options = SparseOptions(support_per_column=support_per_column, prune_every=prune_every) if sparse else None
+    if options is not None:
+        settings = replace(settings, lbfgs_steps=0)
+    checkpoint = _prepare(settings=settings, out=out, checkpoint=checkpoint, resume=resume, options=options)
     result = _train_with_progress(
-        settings=settings, out=out, checkpoint=checkpoint, resume=resume, threads=threads, disable=not progress or as_json
+        settings=settings,
+        out=out,
+        checkpoint=checkpoint,
+        resume=resume,
+        threads=threads,
+        disable=not progress or as_json,
+        options=options,
     )
     _report(result, out=out, checkpoint=checkpoint, metric=metric, as_json=as_json)
 
@@ -162,22 +185,35 @@ def _polish(*, settings: TrainSettings, steps: int) -> TrainSettings:
     return replace(polished, inner_size=settings.inner_size, seed=settings.seed, device=settings.device)
 
 
-def _prepare(*, settings: TrainSettings, out: Path, checkpoint: Path | None, resume: Path | None) -> Path:
-    """The checkpoint file (default: OUT with suffix .ckpt), after the checks of ``prepare_run`` (errors naming the flags)."""
+def _prepare(
+    *, settings: TrainSettings, out: Path, checkpoint: Path | None, resume: Path | None, options: SparseOptions | None = None
+) -> Path:
+    """The checkpoint file (default: OUT with suffix .ckpt), after the checks of ``prepare_run`` (``prepare_sparse_run``
+    under --sparse; errors naming the flags)."""
     checkpoint = checkpoint if checkpoint is not None else out.with_suffix(".ckpt")
-    try:
-        prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)  # every error before any work
+    try:  # every error before any work
+        if options is None:
+            prepare_run(settings=settings, out=out, checkpoint=checkpoint, resume=resume)
+        else:
+            prepare_sparse_run(settings=settings, options=options, out=out, checkpoint=checkpoint, resume=resume)
     except InvalidInputError as error:  # the library names its arguments; say the flags as typed
         raise InvalidInputError(_as_flags(str(error))) from None
     return checkpoint
 
 
 def _train_with_progress(
-    *, settings: TrainSettings, out: Path, checkpoint: Path, resume: Path | None, threads: int | None, disable: bool
+    *,
+    settings: TrainSettings,
+    out: Path,
+    checkpoint: Path,
+    resume: Path | None,
+    threads: int | None,
+    disable: bool,
+    options: SparseOptions | None = None,
 ) -> TrainResult:
-    """``train_base_factorization`` under a progress bar (none when ``disable``)."""
+    """``train_base_factorization`` (``train_sparse_factorization`` with ``options``) under a progress bar (none when ``disable``)."""
     columns = (
-        TextColumn(f"k={settings.base_size} {settings.metric}"),
+        TextColumn(f"k={settings.base_size} {settings.metric}{' sparse' if options is not None else ''}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("2C² {task.fields[current]:.5f}  best {task.fields[best]:.5f}"),
@@ -191,6 +227,16 @@ def _train_with_progress(
             if step % 10 == 0 or step == total:
                 bar.update(task, completed=step, total=total, current=current, best=best)
 
+        if options is not None:
+            return train_sparse_factorization(
+                settings=settings,
+                options=options,
+                out=out,
+                checkpoint=checkpoint,
+                resume=resume,
+                progress=report,
+                threads=threads,
+            )
         return train_base_factorization(
             settings=settings, out=out, checkpoint=checkpoint, resume=resume, progress=report, threads=threads
         )
@@ -221,5 +267,5 @@ def _report(result: TrainResult, *, out: Path, checkpoint: Path, metric: str, as
 
 def _as_flags(message: str) -> str:
     """``message`` with every TrainSettings field name (base_size, …) written as its flag (--base-size)."""
-    names = sorted((f.name for f in fields(TrainSettings)), key=len, reverse=True)
+    names = sorted({f.name for f in (*fields(TrainSettings), *fields(SparseOptions))}, key=len, reverse=True)
     return re.sub(r"\b(" + "|".join(names) + r")\b", lambda match: "--" + match.group(1).replace("_", "-"), message)
