@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pure_dp_mf.engines.journal import storage_error
-from pure_dp_mf.engines.spec import CountSpec
+from pure_dp_mf.engines.spec import CountSpec, check_user_column
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import check_size
 
@@ -60,11 +60,7 @@ class CountFiles:
         """The columns of event rows against the privacy unit (before the spec checks its bounds)."""
         if self.step_column is None:
             raise InvalidInputError("--key-column needs --step-column NAME: the step (1 … horizon) or date of each event")
-        users = privacy_unit in ("user", "user-step")
-        if self.user_column is not None and not users:
-            raise InvalidInputError("--user-column is for --privacy-unit user or user-step")
-        if users and self.user_column is None:
-            raise InvalidInputError(f"--privacy-unit {privacy_unit} needs --user-column NAME")
+        check_user_column(str(privacy_unit), self.user_column, command=True)
 
     @property
     def route(self) -> str:

@@ -53,7 +53,7 @@ from pure_dp_mf.engines.keyed import (
     run_keyed,
 )
 from pure_dp_mf.engines.partitions import StepInputs
-from pure_dp_mf.engines.spec import CountSpec, keyed_spec
+from pure_dp_mf.engines.spec import CountSpec, check_user_column, keyed_spec
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.validation import MAX_DIGITS
 
@@ -119,7 +119,7 @@ def private_running_counts(
     _check_columns(frame, columns)
     if key_column is None and len(keys) != 1:
         raise InvalidInputError(f"key_column=None is for one key (a single stream), got {len(keys)} keys")
-    _check_unit(str(spec.privacy_unit), user_column)
+    check_user_column(str(spec.privacy_unit), user_column)
     calendar = spec.calendar
     through = spec.schedule()
     assert through is not None
@@ -178,14 +178,6 @@ def _check_columns(frame, columns: dict[str, str | None]) -> None:
             raise InvalidInputError(f"{argument} {name!r}: the frame has several columns of that name")
     if columns["step_column"] is None:
         raise InvalidInputError("step_column is required")
-
-
-def _check_unit(privacy_unit: str, user_column: str | None) -> None:
-    """The user column goes with the units that bound users (``KeyedCounters`` checks the unit itself)."""
-    if privacy_unit in USER_UNITS and user_column is None:
-        raise InvalidInputError(f"privacy_unit={privacy_unit!r} needs user_column (the user of every event)")
-    if privacy_unit in OTHER_UNITS and user_column is not None:
-        raise InvalidInputError(f"user_column is for privacy_unit 'user' or 'user-step', not {privacy_unit!r}")
 
 
 def _integers(series) -> tuple[np.ndarray, np.ndarray]:

@@ -56,7 +56,7 @@ from pure_dp_mf.engines.keyed import (
     public_schedule,
 )
 from pure_dp_mf.engines.keyed_io import COLUMNS, Layout
-from pure_dp_mf.engines.spec import CountSpec, keyed_spec
+from pure_dp_mf.engines.spec import CountSpec, check_user_column, keyed_spec
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.validation import check_size
 
@@ -225,7 +225,7 @@ def _shard_groups(
     columns = {"key_column": key_column, "step_column": step_column, "value_column": value_column, "user_column": user_column}
     _check_columns(events, columns, flags=flags)
     _check_single(key_column, keys, flags=flags)
-    _check_unit(privacy_unit, user_column)
+    check_user_column(privacy_unit, user_column)
     if invalid not in ("refuse", "zero", "clamp"):
         raise InvalidInputError(f"invalid must be refuse, zero or clamp on Spark batch, got {invalid!r}")
     through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through, calendar=calendar)
@@ -389,15 +389,6 @@ def _check_single(key_column: str | None, keys: Sequence[str], *, flags: dict[st
 
 
 USER_UNITS = ("user-step", "user")  # the privacy units whose bounds need the user of every event
-
-
-def _check_unit(privacy_unit: str, user_column: str | None) -> None:
-    """The user column goes with the units that bound users (``KeyedCounters`` checks the unit
-    itself, and the bounds, in ``_run_settings``), as ``engines.dataframe`` checks it."""
-    if privacy_unit in USER_UNITS and user_column is None:
-        raise InvalidInputError(f"privacy_unit={privacy_unit!r} needs user_column (the user of every event)")
-    if privacy_unit not in USER_UNITS and user_column is not None:
-        raise InvalidInputError(f"user_column is for privacy_unit 'user' or 'user-step', not {privacy_unit!r}")
 
 
 def _strict_long(column):
@@ -843,7 +834,7 @@ def _check_state_partitions(spark, shards: int) -> None:
 
 def _check_stream(clock, *, privacy_unit: str, user_column: str | None, invalid: str) -> None:
     """A stream's options: the unit and its user column, a clock with a step column, a stream policy."""
-    _check_unit(privacy_unit, user_column)
+    check_user_column(privacy_unit, user_column)
     if "step" not in clock.columns:
         raise InvalidInputError(f"the clock needs a column 'step' ({', '.join(clock.columns)})")
     if invalid not in ("zero", "clamp", "stop"):

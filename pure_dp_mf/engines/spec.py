@@ -453,6 +453,24 @@ def resolve(spec: CountSpec, *, keyed: bool | None = None) -> Resolution:
     return Resolution(spec=spec, mechanism=resolved.mechanism, row=resolved.row)
 
 
+def check_user_column(privacy_unit: str, user_column: str | None, *, command: bool = False) -> None:
+    """The user column goes with the units that bound users ("user", "user-step") and with no
+    other; the one check of every route, in the command's words (``command``) or the library's."""
+    users = privacy_unit in USER_UNITS
+    if users and user_column is None:
+        raise InvalidInputError(
+            f"--privacy-unit {privacy_unit} needs --user-column NAME"
+            if command
+            else f"privacy_unit={privacy_unit!r} needs user_column (the user of every event)"
+        )
+    if not users and user_column is not None:
+        raise InvalidInputError(
+            "--user-column is for --privacy-unit user or user-step"
+            if command
+            else f"user_column is for privacy_unit 'user' or 'user-step', not {privacy_unit!r}"
+        )
+
+
 def check_released_events(policy: object, *, flag: str = "--released-events") -> str:
     """One of ``RELEASED_EVENTS``, else one error naming the flag."""
     return _one_of(policy, RELEASED_EVENTS, flag=flag)
