@@ -49,21 +49,16 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
-import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
 import pure_dp_mf
-from pure_dp_mf.errors import FactorizationFileError, InvalidInputError, PureDPMFError
-from pure_dp_mf.exact import GRID_BITS
-from pure_dp_mf.factorizations.factorization import file_sha256
+from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.factorizations.train import (
     MAX_REJECTIONS,
+    RESUMED_SETTINGS,
     ProgressCallback,
     TrainResult,
     TrainSettings,
@@ -71,11 +66,11 @@ from pure_dp_mf.factorizations.train import (
     _schedule,
     check_settings,
     check_writable,
-    factorization_from_encoder,
     initial_encoder,
-    paper_target,
+    read_checkpoint,
     require_torch,
-    true_cost_to_constant,
+    run_steps,
+    train_result,
 )
 from pure_dp_mf.validation import check_size
 
@@ -390,32 +385,14 @@ def _restored(state: dict, k: int) -> _SparseRun:
 
 def load_sparse_checkpoint(path: str | os.PathLike) -> dict:
     """Read a checkpoint written by ``train_sparse_factorization`` (clear error if it is not one)."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise FactorizationFileError(f"checkpoint {path}: no such file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many types for foreign or corrupt files
-        raise FactorizationFileError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
-    if not isinstance(state, dict) or state.get("format") != SPARSE_CHECKPOINT_FORMAT:
-        raise FactorizationFileError(f"checkpoint {path}: not a pure_dp_mf sparse training checkpoint (train --sparse)")
-    return state
+    return read_checkpoint(
+        path,
+        checkpoint_format=SPARSE_CHECKPOINT_FORMAT,
+        what="a pure_dp_mf sparse training checkpoint (train --sparse)",
+    )
 
 
-_RESUMED = (
-    "adam_steps",
-    "learning_rate",
-    "final_learning_rate",
-    "p_start",
-    "p_end",
-    "init",
-    "init_file",
-    "init_noise",
-    "seed",
-    "guard_factor",
-)
+_RESUMED = tuple(name for name in RESUMED_SETTINGS if name not in ("lbfgs_steps", "adam_precision"))  # sparse: Adam, float64
 
 
 def prepare_sparse_run(
@@ -562,39 +539,24 @@ def train_sparse_factorization(
     k = settings.base_size
     run = _fresh_run(settings, options) if state is None else _restored(state, k)
     total = settings.adam_steps
-    interrupted = False
-    started = time.perf_counter()
-    last_checkpoint = run.step
-    stop_signals: list[int] = []
-    previous_handlers = {}
-    if threading.current_thread() is threading.main_thread():  # Ctrl-C / SIGTERM end the current step first
-        for number in (signal.SIGINT, signal.SIGTERM):
-            previous_handlers[number] = signal.signal(number, lambda signum, frame: stop_signals.append(signum))
-    try:
-        while run.step < total and (stop_after is None or run.step < stop_after) and not stop_signals:
-            if run.step > 0 and run.step % options.prune_every == 0 and run.swapped_at != run.step:
-                _swap_support(run, settings, options)
-                run.swapped_at = run.step
-            current = _adam_step(run, settings, options)
-            if current is None:  # rejected by the divergence guard: retry
-                continue
-            run.step += 1
-            if run.step % 50 == 0 or run.step == total:
-                run.history.append((run.step, true_cost_to_constant(current, base_size=k)))
-            if progress is not None:
-                progress(
-                    run.step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(run.best_log, base_size=k)
-                )
-            if checkpoint is not None and run.step - last_checkpoint >= settings.checkpoint_every:
-                run.elapsed, started = run.elapsed + time.perf_counter() - started, time.perf_counter()
-                _save_checkpoint(checkpoint, _snapshot(run, settings, options))
-                last_checkpoint = run.step
-    except KeyboardInterrupt:  # raised by a progress callback
-        interrupted = True
-    finally:
-        for number, handler in previous_handlers.items():
-            signal.signal(number, handler)
-    run.elapsed += time.perf_counter() - started
+
+    def step() -> float | None:
+        if run.step > 0 and run.step % options.prune_every == 0 and run.swapped_at != run.step:
+            _swap_support(run, settings, options)
+            run.swapped_at = run.step
+        return _adam_step(run, settings, options)
+
+    interrupted = run_steps(
+        run,
+        step=step,
+        total=total,
+        base_size=k,
+        stop_after=stop_after,
+        progress=progress,
+        checkpoint=checkpoint,
+        checkpoint_every=settings.checkpoint_every,
+        snapshot=lambda: _snapshot(run, settings, options),
+    )
     interrupted = interrupted or run.step < total
     if checkpoint is not None:
         _save_checkpoint(checkpoint, _snapshot(run, settings, options))
@@ -605,45 +567,21 @@ def _sparse_result(
     *, run: _SparseRun, settings: TrainSettings, options: SparseOptions, interrupted: bool, out: str | os.PathLike | None
 ) -> TrainResult:
     """The best R found, rounded to the grid, as a factorization with its true costs (written to ``out``)."""
-    import torch
 
-    k = settings.base_size
     made_by: dict[str, Any] = {
         "tool": "pure_dp_mf.train --sparse",
         "settings": settings.as_dict(),
         "sparse": options.as_dict(),
         "support_size": int(run.best_values.size),
         "support_swaps": run.swaps,
-        "steps_done": run.step,
-        "steps_planned": settings.adam_steps,
-        "rejected_steps": run.rejections,
-        "finished": not interrupted,
-        "wall_time_seconds": round(run.elapsed, 3),
-        "library_version": pure_dp_mf.__version__,
-        "torch_version": torch.__version__,
-        "encoder_grid": f"2^-{GRID_BITS}",
     }
-    if settings.init_file is not None and Path(settings.init_file).is_file():
-        made_by["init_file_sha256"] = file_sha256(settings.init_file)
-    metadata: dict[str, Any] = {"metric": settings.metric, "base_size": k, "made_by": made_by}
-    factorization = factorization_from_encoder(_dense(run.best_values, run.best_rows, run.best_columns, k), metadata=metadata)
-    costs = factorization.costs()
-    metadata["costs"] = {
-        "c2": costs.c2,
-        "cf": costs.cf,
-        "max_se_constant": costs.max_se_constant,
-        "mean_se_constant": costs.mean_se_constant,
-        "residual": factorization.residual(),
-        "paper_table_2": paper_target(base_size=k, metric=settings.metric),
-    }
-    factorization.metadata = metadata
-    if out is not None:
-        factorization.save(out, store_decoder=False)
-    return TrainResult(
-        factorization=factorization,
-        history=run.history,
-        steps_done=run.step,
+    encoder = _dense(run.best_values, run.best_rows, run.best_columns, settings.base_size)
+    return train_result(
+        run,
+        encoder=encoder,
+        settings=settings,
+        made_by=made_by,
+        steps_planned=settings.adam_steps,
         interrupted=interrupted,
-        wall_time=run.elapsed,
-        rejected_steps=run.rejections,
+        out=out,
     )

@@ -372,6 +372,12 @@ def _save_checkpoint(path: str | os.PathLike, state: dict) -> None:
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """Read a checkpoint written by ``train_base_factorization`` (clear error if it is not one)."""
+    return read_checkpoint(path, checkpoint_format=CHECKPOINT_FORMAT, what="a pure_dp_mf training checkpoint")
+
+
+def read_checkpoint(path: str | os.PathLike, *, checkpoint_format: str, what: str) -> dict:
+    """A training checkpoint of ``checkpoint_format`` at ``path`` (the dense or the sparse
+    trainer's), refused in one ``FactorizationFileError`` naming ``what`` it is not."""
     import torch
 
     path = Path(path)
@@ -381,8 +387,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for foreign or corrupt files
         raise FactorizationFileError(f"checkpoint {path}: unreadable ({type(error).__name__})") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise FactorizationFileError(f"checkpoint {path}: not a pure_dp_mf training checkpoint")
+    if not isinstance(state, dict) or state.get("format") != checkpoint_format:
+        raise FactorizationFileError(f"checkpoint {path}: not {what}")
     return state
 
 
@@ -429,7 +435,7 @@ def prepare_run(
     if resume is None:
         return settings, None
     state = check_resume(resume, settings)
-    saved = {key: state["settings"].get(key, getattr(settings, key)) for key in _RESUMED_SETTINGS}
+    saved = {key: state["settings"].get(key, getattr(settings, key)) for key in RESUMED_SETTINGS}
     return check_settings(replace(settings, **saved)), state
 
 
@@ -442,7 +448,7 @@ LBFGS_OPTIONS: dict[str, Any] = dict(
     tolerance_change=1e-16,
 )
 
-_RESUMED_SETTINGS = (
+RESUMED_SETTINGS = (
     "adam_steps",
     "lbfgs_steps",
     "learning_rate",
@@ -673,8 +679,52 @@ def _train_steps(
 ) -> bool:
     """Run the Adam, then the polish steps until done, ``stop_after``, a signal or a ``KeyboardInterrupt``
     from ``progress`` (True then), checkpointing every ``checkpoint_every`` steps; adds the time to ``run.elapsed``."""
-    k = settings.base_size
-    total = settings.adam_steps + settings.lbfgs_steps
+
+    def step() -> float | None:
+        if run.step < settings.adam_steps:
+            outcome = _adam_step(run=run, settings=settings, objective=objective)
+        elif settings.surrogate == "projected":
+            outcome = _projected_step(run=run, settings=settings, objective=objective)
+        else:
+            outcome = _lbfgs_step(run=run, settings=settings, objective=objective)
+        if outcome is None:  # rejected by the divergence guard
+            return None
+        current, R_now = outcome
+        if R_now is not None:
+            run.best_log, run.best_R = current, R_now
+        return current
+
+    return run_steps(
+        run,
+        step=step,
+        total=settings.adam_steps + settings.lbfgs_steps,
+        base_size=settings.base_size,
+        stop_after=stop_after,
+        progress=progress,
+        checkpoint=checkpoint,
+        checkpoint_every=settings.checkpoint_every,
+        snapshot=lambda: _snapshot(run=run, settings=settings),
+    )
+
+
+def run_steps(
+    run: Any,
+    *,
+    step: Any,
+    total: int,
+    base_size: int,
+    stop_after: int | None,
+    progress: ProgressCallback | None,
+    checkpoint: str | os.PathLike | None,
+    checkpoint_every: int,
+    snapshot: Any,
+) -> bool:
+    """The training loop of both trainers: ``step()`` (the cost's log after the step, or None when
+    the divergence guard rejected it: tried again) until ``run.step`` reaches ``total``,
+    ``stop_after``, SIGINT/SIGTERM (the current step ends first) or a ``KeyboardInterrupt`` from
+    ``progress`` (then True); the history every 50 steps, a checkpoint (``snapshot()``) every
+    ``checkpoint_every`` steps, the time added to ``run.elapsed``. ``run`` has ``step``,
+    ``history``, ``best_log`` and ``elapsed``."""
     interrupted = False
     started = time.perf_counter()
     last_checkpoint = run.step
@@ -685,28 +735,23 @@ def _train_steps(
             previous_handlers[number] = signal.signal(number, lambda signum, frame: stop_signals.append(signum))
     try:
         while run.step < total and (stop_after is None or run.step < stop_after) and not stop_signals:
-            if run.step < settings.adam_steps:
-                outcome = _adam_step(run=run, settings=settings, objective=objective)
-            elif settings.surrogate == "projected":
-                outcome = _projected_step(run=run, settings=settings, objective=objective)
-            else:
-                outcome = _lbfgs_step(run=run, settings=settings, objective=objective)
-            if outcome is None:  # rejected by the divergence guard: retry
+            current = step()
+            if current is None:  # rejected by the divergence guard: retry
                 continue
-            current, R_now = outcome
-            if R_now is not None:
-                run.best_log, run.best_R = current, R_now
             run.step += 1
             if run.step % 50 == 0 or run.step == total:
-                run.history.append((run.step, true_cost_to_constant(current, base_size=k)))
+                run.history.append((run.step, true_cost_to_constant(current, base_size=base_size)))
             if progress is not None:
                 progress(
-                    run.step, total, true_cost_to_constant(current, base_size=k), true_cost_to_constant(run.best_log, base_size=k)
+                    run.step,
+                    total,
+                    true_cost_to_constant(current, base_size=base_size),
+                    true_cost_to_constant(run.best_log, base_size=base_size),
                 )
-            if checkpoint is not None and run.step - last_checkpoint >= settings.checkpoint_every:
+            if checkpoint is not None and run.step - last_checkpoint >= checkpoint_every:
                 elapsed_now = run.elapsed + time.perf_counter() - started
                 run.elapsed, started = elapsed_now, time.perf_counter()
-                _save_checkpoint(checkpoint, _snapshot(run=run, settings=settings))
+                _save_checkpoint(checkpoint, snapshot())
                 last_checkpoint = run.step
     except KeyboardInterrupt:  # raised by a progress callback
         interrupted = True
@@ -719,14 +764,37 @@ def _train_steps(
 
 def _train_result(*, run: _RunState, settings: TrainSettings, interrupted: bool, out: str | os.PathLike | None) -> TrainResult:
     """The best R found as a factorization on the grid (costs and provenance in its metadata), written to ``out``."""
+    made_by = {"tool": "pure_dp_mf.train", "settings": settings.as_dict()}
+    return train_result(
+        run,
+        encoder=run.best_R,
+        settings=settings,
+        made_by=made_by,
+        steps_planned=settings.adam_steps + settings.lbfgs_steps,
+        interrupted=interrupted,
+        out=out,
+    )
+
+
+def train_result(
+    run: Any,
+    *,
+    encoder: np.ndarray,
+    settings: TrainSettings,
+    made_by: dict[str, Any],
+    steps_planned: int,
+    interrupted: bool,
+    out: str | os.PathLike | None,
+) -> TrainResult:
+    """The factorization of the best ``encoder`` (R on the grid) of either trainer, its true costs
+    and provenance (``made_by`` first, then the run's figures) in its metadata, written to ``out``."""
     import torch
 
     k = settings.base_size
-    made_by: dict[str, Any] = {
-        "tool": "pure_dp_mf.train",
-        "settings": settings.as_dict(),
+    made_by = {
+        **made_by,
         "steps_done": run.step,
-        "steps_planned": settings.adam_steps + settings.lbfgs_steps,
+        "steps_planned": steps_planned,
         "rejected_steps": run.rejections,
         "finished": not interrupted,
         "wall_time_seconds": round(run.elapsed, 3),
@@ -736,8 +804,8 @@ def _train_result(*, run: _RunState, settings: TrainSettings, interrupted: bool,
     }
     if settings.init_file is not None and Path(settings.init_file).is_file():  # which file was warm-started or polished
         made_by["init_file_sha256"] = file_sha256(settings.init_file)
-    metadata = {"metric": settings.metric, "base_size": k, "made_by": made_by}
-    factorization = factorization_from_encoder(run.best_R, metadata=metadata)
+    metadata: dict[str, Any] = {"metric": settings.metric, "base_size": k, "made_by": made_by}
+    factorization = factorization_from_encoder(encoder, metadata=metadata)
     costs = factorization.costs()
     metadata["costs"] = {
         "c2": costs.c2,
