@@ -41,6 +41,7 @@ EVENTS = [
 ]
 LINES = [1, 0, 2, 1, 0, 0, 1, 2]  # one stream's values per step (max 2)
 START = "2025-03-01"
+BUDGET = "route-parity"
 
 LINE_ROUTES = ("cli-lines", "counter")
 ROW_ROUTES = ("cli-rows", "cli-keyed", "keyed-counters", "dataframe")
@@ -64,6 +65,9 @@ def feature_options(feature: str, tmp_path: Path) -> dict:
         "monotone": {"monotone": True},
         "simultaneous": {"band": "simultaneous"},
         "invalid-policy": {"invalid": "clamp"},
+        "invalid-stop": {"invalid": "stop"},
+        "budget": {"budget": BUDGET},
+        "key-file": {"key_file": tmp_path / "run.key"},  # a publication each: one key file is one publication
         "dimension": {"dimension": 2},
         "certificate": {"certificate": ROOT / "certificates" / "k004_maxse.json"},
         "tree": {"mechanism": "binary"},
@@ -84,6 +88,9 @@ FEATURES_TESTED = (
     "monotone",
     "simultaneous",
     "invalid-policy",
+    "invalid-stop",
+    "budget",
+    "key-file",
     "dimension",
     "certificate",
     "tree",
@@ -97,6 +104,8 @@ def make_spec(route: str, options: dict) -> CountSpec:
     lines = FAMILIES[route] == "lines"
     keys = options.pop("keys", KEYS)
     state = options.pop("state", None)
+    budget = options.pop("budget", None)
+    key_file = options.pop("key_file", None)
     if lines:
         keys = None
         options.setdefault("privacy_unit", "step")
@@ -109,7 +118,7 @@ def make_spec(route: str, options: dict) -> CountSpec:
         max_value=2,
         keys=None if route == "cli-rows" else keys,
         rows=not lines,
-        publication=Publication(seed=SEED, state=state),
+        publication=Publication(seed=None if key_file else SEED, state=state, budget=budget, key_file=key_file),
         **options,
     )
 
@@ -118,7 +127,11 @@ def make_spec(route: str, options: dict) -> CountSpec:
 
 
 def _cli_flags(spec: CountSpec) -> list[str]:
-    flags = ["--epsilon", "1", "--max-value", str(spec.max_value), "--seed", str(SEED), "--format", "csv"]
+    flags = ["--epsilon", "1", "--max-value", str(spec.max_value), "--format", "csv"]
+    publication = spec.publication
+    flags += ["--seed", str(SEED)] if publication.seed is not None else ["--key-file", str(publication.key_file)]
+    if publication.budget is not None:
+        flags += ["--budget", publication.budget]
     if spec.horizon is not None:
         flags += ["--horizon", str(spec.horizon)]
     if spec.through is not None:
@@ -255,7 +268,15 @@ def outcome(route: str, feature: str, tmp_path: Path):
 @pytest.mark.parametrize("feature", FEATURES_TESTED)
 def test_every_route_runs_a_feature_alike_or_refuses_it_from_the_table(feature, tmp_path):
     """Each route: the table's refusal where it lists one, else the same seeded releases as every
-    other route of its family."""
+    other route of its family (with a key file: one publication, the same releases on every
+    route that runs it)."""
+    if feature == "budget":
+        from pure_dp_mf.engines.budget import Budget, BudgetError
+
+        try:
+            Budget.open(BUDGET)
+        except BudgetError:
+            Budget.create(BUDGET, epsilon=1000)
     results = {}
     for route in (*LINE_ROUTES, *ROW_ROUTES):
         if route == "cli-keyed" and feature in ONE_STREAM_FEATURES:
@@ -279,6 +300,8 @@ def _check_family(family: str, released: dict, feature: str) -> None:
     stream (the one key's, ``cli-rows`` beside the keyed routes run on one key); keyed."""
     if family == "rows" and feature not in ONE_STREAM_FEATURES:
         released = {route: rows for route, rows in released.items() if route != "cli-rows"}
+    if feature == "key-file":  # each route its own secure key: the same rows released, other noise
+        released = {route: [row[:2] for row in rows] for route, rows in released.items()}
     values = list(released.values())
     for route, rows in released.items():
         assert rows, route
@@ -338,5 +361,7 @@ def test_spark_batch_runs_a_feature_as_the_local_engine_or_refuses_it_from_the_t
     reason = specs.REFUSED.get((feature, "spark-batch"))
     if reason is not None:
         assert result == ("refused", reason)
+    elif feature == "key-file":  # a publication each (its own key): the same rows, other noise
+        assert result[0] == local[0] == "rows" and [row[:2] for row in result[1]] == [row[:2] for row in local[1]]
     else:
         assert result == local, feature
