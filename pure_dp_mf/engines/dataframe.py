@@ -52,6 +52,7 @@ from pure_dp_mf.engines.keyed import (
     normalise_key,
     run_keyed,
 )
+from pure_dp_mf.engines.keyed_io import release_columns
 from pure_dp_mf.engines.partitions import StepInputs
 from pure_dp_mf.engines.spec import CountSpec, check_user_column, keyed_spec
 from pure_dp_mf.errors import InvalidInputError
@@ -366,16 +367,18 @@ def _release(
 
 
 def _output(keys: list[str], released: dict[str, np.ndarray], *, first: int, calendar: Calendar | None):
-    """The rows (key, step, [date,] count, std, lower, upper) of steps first + 1, …, step then key-list order."""
+    """The rows (key, step, [date,] count, std, lower, upper) of steps first + 1, …, step then key-list
+    order (``keyed_io.release_columns``; ``released`` holds steps × keys)."""
     import pandas as pd
 
-    steps_released, size = released["count"].shape
-    steps = np.arange(first + 1, first + steps_released + 1, dtype=np.int64)
-    columns: dict[str, Any] = {"key": np.tile(np.asarray(keys, dtype=object), steps_released), "step": np.repeat(steps, size)}
-    if calendar is not None:
-        columns["date"] = np.repeat(np.asarray([calendar.period(int(step)) for step in steps], dtype=object), size)
-    columns["count"] = released["count"].ravel()
-    columns["std"] = np.repeat(released["std"], size)
-    columns["lower"] = released["lower"].ravel()
-    columns["upper"] = released["upper"].ravel()
-    return pd.DataFrame(columns)
+    return pd.DataFrame(
+        release_columns(
+            keys=keys,
+            counts=released["count"].T,
+            std=released["std"],
+            lower=released["lower"].T,
+            upper=released["upper"].T,
+            first=first,
+            calendar=calendar,
+        )
+    )

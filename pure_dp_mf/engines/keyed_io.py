@@ -28,7 +28,7 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
@@ -330,15 +330,56 @@ class Layout:
         return pyarrow.schema(fields, metadata={"pure_dp_mf": json.dumps(summary, ensure_ascii=False)})
 
     def table(self, *, step: int, counts, std: float, lower, upper, summary: dict):
-        """One step's rows as a Parquet table."""
+        """One step's rows as a Parquet table (``release_columns``)."""
         pyarrow = _pyarrow()
-        n = len(self.keys)
-        values = {"key": self.keys, "step": [step] * n, "count": counts.tolist(), "std": [std] * n}
-        values |= {"lower": lower.tolist(), "upper": upper.tolist()}
-        if self.calendar is not None:
-            values["date"] = [self.calendar.period(step)] * n
-        arrays = [pyarrow.array(values[name]) for name in self.columns]
-        return pyarrow.Table.from_arrays(arrays, schema=self.schema(summary))
+        columns = release_columns(
+            keys=self.keys,
+            counts=np.asarray(counts).reshape(-1, 1),
+            std=np.array([std], dtype=np.float64),
+            lower=np.asarray(lower).reshape(-1, 1),
+            upper=np.asarray(upper).reshape(-1, 1),
+            first=step - 1,
+            calendar=self.calendar,
+        )
+        schema = self.schema(summary)
+        return pyarrow.Table.from_arrays(
+            [pyarrow.array(columns[name], type=schema.field(name).type) for name in self.columns], schema=schema
+        )
+
+
+def release_columns(
+    *,
+    keys: Sequence[str],
+    counts: np.ndarray,
+    std: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    first: int,
+    calendar: Calendar | None = None,
+    by: str = "step",
+) -> dict[str, np.ndarray]:
+    """The one row model of released keyed counts, for every output that is a table (pandas, Parquet,
+    Spark): the columns key, step, [date,] count, std, lower, upper of ``counts``, ``lower`` and
+    ``upper`` (keys × steps) and ``std`` (one per step) for the 1-based steps first + 1, …; the
+    rows step by step, every key of a step in list order (``by="step"``: the text outputs' order),
+    or key by key (``by="key"``). With a calendar the date is the start of the step's period."""
+    size, steps = np.shape(counts)
+    numbers = np.arange(first + 1, first + steps + 1, dtype=np.int64)
+    names = np.asarray(list(keys), dtype=object)
+    if by == "step":
+        key_column, step_column = np.tile(names, steps), np.repeat(numbers, size)
+        cells, per_step = (lambda array: np.asarray(array).T.ravel()), (lambda values: np.repeat(values, size))
+    else:
+        key_column, step_column = np.repeat(names, steps), np.tile(numbers, size)
+        cells, per_step = (lambda array: np.asarray(array).ravel()), (lambda values: np.tile(values, size))
+    columns: dict[str, np.ndarray] = {"key": key_column, "step": step_column}
+    if calendar is not None:
+        columns["date"] = per_step(np.asarray([calendar.period(int(step)) for step in numbers], dtype=object))
+    columns["count"] = cells(counts)
+    columns["std"] = per_step(np.asarray(std, dtype=np.float64))
+    columns["lower"] = cells(lower)
+    columns["upper"] = cells(upper)
+    return columns
 
 
 def write_step_file(folder: Path, *, step: int, table) -> None:

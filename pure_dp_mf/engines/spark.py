@@ -55,7 +55,7 @@ from pure_dp_mf.engines.keyed import (
     keys_sha256,
     public_schedule,
 )
-from pure_dp_mf.engines.keyed_io import COLUMNS, Layout
+from pure_dp_mf.engines.keyed_io import COLUMNS, Layout, release_columns
 from pure_dp_mf.engines.spec import CountSpec, check_user_column, keyed_spec
 from pure_dp_mf.errors import InvalidInputError, PureDPMFError
 from pure_dp_mf.validation import check_size
@@ -648,15 +648,12 @@ def _rows_frame(
     calendar: Calendar | None = None,
 ):
     """Released arrays (keys, steps) as rows (key, step, [date,] count, std, lower, upper), key by
-    key; with a calendar the date is the start of the step's period (``Calendar.period``)."""
+    key (``keyed_io.release_columns``)."""
     import pandas as pd
 
-    steps = counts.shape[1]
-    numbers = np.arange(start + 1, start + steps + 1, dtype=np.int64)
-    columns: dict[str, Any] = {"key": np.repeat(np.asarray(keys, dtype=object), steps), "step": np.tile(numbers, len(keys))}
-    if calendar is not None:
-        columns["date"] = np.tile(np.asarray([calendar.period(int(step)) for step in numbers], dtype=object), len(keys))
-    columns |= {"count": counts.ravel(), "std": np.tile(std, len(keys)), "lower": lower.ravel(), "upper": upper.ravel()}
+    columns = release_columns(
+        keys=keys, counts=counts, std=std, lower=lower, upper=upper, first=start, calendar=calendar, by="key"
+    )
     return pd.DataFrame(columns)
 
 
@@ -1462,20 +1459,13 @@ def _write_shard(
         import pyarrow
         import pyarrow.parquet
 
-        keys, steps = counts.shape
-        arrays = {
-            "key": pyarrow.array(np.tile(np.asarray(counters.keys, dtype=object), steps), type=pyarrow.string()),
-            "step": pyarrow.array(np.repeat(np.arange(1, steps + 1, dtype=np.int64), keys)),
-            "date": None
-            if calendar is None
-            else pyarrow.array(np.repeat([calendar.period(step) for step in range(1, steps + 1)], keys), type=pyarrow.string()),
-            "count": pyarrow.array(counts.T.ravel()),
-            "std": pyarrow.array(np.repeat(np.asarray(std, dtype=np.float64), keys)),
-            "lower": pyarrow.array(lower.T.ravel()),
-            "upper": pyarrow.array(upper.T.ravel()),
-        }
+        columns = release_columns(
+            keys=counters.keys, counts=counts, std=std, lower=lower, upper=upper, first=0, calendar=calendar
+        )
         schema = layout.schema(summary)
-        table = pyarrow.Table.from_arrays([arrays[name] for name in schema.names], schema=schema)
+        table = pyarrow.Table.from_arrays(
+            [pyarrow.array(columns[name], type=schema.field(name).type) for name in schema.names], schema=schema
+        )
         final = os.path.join(folder, f"part-{shard:06d}.parquet")
         pyarrow.parquet.write_table(table, final + ".tmp")
         os.replace(final + ".tmp", final)
