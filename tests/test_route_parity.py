@@ -176,6 +176,17 @@ def _event_file(tmp_path: Path, spec: CountSpec, *, keyed: bool) -> Path:
     return path
 
 
+def _event_frame(spec: CountSpec):
+    """The events as a pandas DataFrame (key, step or date, user, value): key "a"'s alone for one stream."""
+    import pandas as pd
+
+    chosen = [event for event in EVENTS if spec.keys is not None or event[0] == "a"]
+    when = [spec.calendar.period(t) if spec.calendar is not None else t for _, t, _, _ in chosen]
+    return pd.DataFrame(
+        {"key": [k for k, *_ in chosen], "step": when, "user": [u for *_, u, _ in chosen], "value": [v for *_, v in chosen]}
+    )
+
+
 def run_route(route: str, spec: CountSpec, tmp_path: Path) -> list[tuple]:
     """The released rows (key, step, count, lower, upper) of ``spec`` on ``route``."""
     if route == "counter":
@@ -190,16 +201,10 @@ def run_route(route: str, spec: CountSpec, tmp_path: Path) -> list[tuple]:
             for t, c, lo, hi in zip(released.steps, released.counts, released.lower, released.upper, strict=True)
         ]
     if route == "dataframe":
-        import pandas as pd
-
         from pure_dp_mf.engines.dataframe import private_running_counts
 
         one = spec.keys is None
-        chosen = [event for event in EVENTS if not one or event[0] == "a"]
-        when = [spec.calendar.period(t) if spec.calendar is not None else t for _, t, _, _ in chosen]
-        frame = pd.DataFrame(
-            {"key": [k for k, *_ in chosen], "step": when, "user": [u for *_, u, _ in chosen], "value": [v for *_, v in chosen]}
-        )
+        frame = _event_frame(spec)
         users = spec.privacy_unit in ("user", "user-step")
         result = private_running_counts(
             frame,
@@ -323,16 +328,11 @@ def test_the_table_names_known_features_and_routes():
 
 def _spark_rows(spark, spec: CountSpec) -> list[tuple]:
     """The released rows of ``spec`` on Spark batch (the DataFrame API), collected."""
-    import pandas as pd
 
     from pure_dp_mf.engines import spark as spark_engine
 
     one = spec.keys is None
-    chosen = [event for event in EVENTS if not one or event[0] == "a"]
-    when = [spec.calendar.period(t) if spec.calendar is not None else t for _, t, _, _ in chosen]
-    frame = pd.DataFrame(
-        {"key": [k for k, *_ in chosen], "step": when, "user": [u for *_, u, _ in chosen], "value": [v for *_, v in chosen]}
-    )
+    frame = _event_frame(spec)
     users = spec.privacy_unit in ("user", "user-step")
     released = spark_engine.private_running_counts(
         spark.createDataFrame(frame),
