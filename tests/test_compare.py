@@ -117,3 +117,14 @@ def test_cli_errors():
     for arguments, message in [(["--n", "8", "--epsilon", "-1"], "epsilon"), (["--n", "8", "--sort-by", "l1"], "sort key")]:
         result = CliRunner().invoke(app, ["compare", *arguments])
         assert isinstance(result.exception, InvalidInputError) and message in str(result.exception)
+
+
+def test_the_horizon_has_one_name_on_every_command():
+    """``--horizon`` (the word of ``count`` and ``plan``) is accepted wherever a stream length is
+    asked for, the same as ``--n``."""
+    from tests.conftest import ROOT, run_main
+
+    for command in (["compare"], ["lift", str(ROOT / "base_factorizations" / "k004_maxse.npz")]):
+        by_n = run_main(*command, "--n", "1000")
+        by_horizon = run_main(*command, "--horizon", "1000")
+        assert by_n[0] == 0 and by_n == by_horizon, command

@@ -16,7 +16,7 @@ MECHANISMS = ("lifted", *trees.MECHANISMS)  # audit.MECHANISMS, without importin
 @app.command()
 def audit(
     mechanism: str = typer.Option(..., "--mechanism", help=f"one of: {', '.join(MECHANISMS)}"),
-    n: int = typer.Option(..., "--n", help="stream length"),
+    n: int = typer.Option(..., "--n", "--horizon", help="stream length n, the horizon"),
     epsilon: float = typer.Option(..., "--epsilon", help="the claimed privacy budget ε"),
     trials: int = typer.Option(100_000, "--trials", help="releases per stream (half choose the events, half estimate)"),
     seed: int = typer.Option(0, "--seed", help="seed of the trials' generators (seeded noise: an audit, not a release)"),

@@ -17,7 +17,9 @@ from pure_dp_mf.validation import LARGEST_N, check_size
 
 @app.command()
 def compare(
-    n: int = typer.Option(..., "--n", help="stream length n (any integer ≥ 1; closed forms, no matrices)"),
+    n: int = typer.Option(
+        ..., "--n", "--horizon", help="stream length n, the horizon (any integer ≥ 1; closed forms, no matrices)"
+    ),
     epsilon: float = typer.Option(1.0, "--epsilon", help="privacy budget ε"),
     sort_by: str = typer.Option("maxse", "--sort-by", help="maxse or meanse"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),

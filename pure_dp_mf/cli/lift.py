@@ -14,7 +14,7 @@ from pure_dp_mf.reports.figures import plot_lift_against_trees
 from pure_dp_mf.validation import LARGEST_N, check_size
 
 _BASE = typer.Argument(..., help="base factorization file of T_k (.npz), or a published square encoder (.npy, .npz, text)")
-_N = typer.Option(..., "--n", help="stream length n (any n ≥ 1, up to 2^60 and beyond)")
+_N = typer.Option(..., "--n", "--horizon", help="stream length n, the horizon (any n ≥ 1, up to 2^60 and beyond)")
 _METRIC = typer.Option(None, "--metric", help="maxse or meanse (α chosen for it); default: the base's metric, else maxse")
 _EPSILON = typer.Option(1.0, "--epsilon", help="privacy budget ε for MaxSE / MeanSE")
 _ALPHA_RULE = typer.Option(
