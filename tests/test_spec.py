@@ -77,6 +77,7 @@ def test_a_spec_is_frozen_and_checked_again_when_replaced():
         ({"epsilon": 1, "keys": ("a", "b"), "privacy_unit": "step"}, "it is for one stream"),
         ({"epsilon": 1, "keys": ("a", "b"), "privacy_unit": "user-step"}, "needs --max-keys K"),
         ({"epsilon": 1, "keys": ("a",), "privacy_unit": "user", "max_keys": 1}, "needs --max-keys and --max-per-key"),
+        ({"epsilon": 1, "keys": ("a", "b"), "privacy_unit": "user", "max_per_key": 2}, "needs --max-keys and --max-per-key"),
         ({"epsilon": 1, "keys": ("a", "a")}, "holds 'a' twice"),
         ({"epsilon": 1, "monotone": True, "dimension": 2}, "monotone post-processing is for dimension 1"),
         ({"epsilon": 1, "through": 5}, "--through is for event rows"),
@@ -102,6 +103,12 @@ def test_a_bad_option_is_one_error_naming_its_flag(options, message):
 def test_a_publication_has_one_source_of_noise(publication, message):
     with pytest.raises(InvalidInputError, match=message):
         Publication(**publication)
+
+
+def test_one_stream_at_user_level_needs_no_max_keys():
+    """One stream (or one key): a user contributes to one key, so K = 1 without --max-keys."""
+    assert CountSpec(epsilon=1.0, rows=True, privacy_unit="user", max_per_key=3).max_keys == 1
+    assert CountSpec(epsilon=1.0, keys=("a",), privacy_unit="user", max_per_key=3).max_keys == 1
 
 
 def test_the_keyword_options_make_the_same_spec():

@@ -323,6 +323,8 @@ class CountSpec:
             )
         if unit == "user-step" and self.max_keys is None and keys is not None and len(keys) > 1:
             raise InvalidInputError("--privacy-unit user-step with several keys needs --max-keys K (keys per user and step)")
+        if unit == "user" and self.max_keys is None and (keys is None or len(keys) == 1):
+            object.__setattr__(self, "max_keys", 1)  # one stream: a user has one key to contribute to
         if unit == "user" and (self.max_keys is None or self.max_per_key is None):
             raise InvalidInputError("--privacy-unit user needs --max-keys and --max-per-key")
         if self.max_keys is not None:
