@@ -69,6 +69,13 @@ def check_epsilon(value: object, *, name: str = "epsilon") -> Epsilon:
     return Epsilon(epsilon)
 
 
+def check_beta(value: object, *, name: str = "--beta") -> float:
+    """β, the probability an interval may miss: a number in (0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise InvalidInputError(f"{name} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
 UNIT_EPSILON = check_epsilon(1.0)
 """ε = 1, checked: the default ε at which the mechanisms' errors are stated (they scale as 1/ε²)."""
 

@@ -126,7 +126,7 @@ def test_csv_output_file_is_completed_after_a_crash_in_its_own_format(tmp_path):
     [
         (["--format", "xml"], "--format must be one of"),
         (["--format", "csv", "--dimension", "2"], "--dimension 1"),
-        (["--format", "csv", "--beta", "0"], "--beta must be in (0, 1)"),
+        (["--format", "csv", "--beta", "0"], "--beta must be a number in (0, 1)"),
     ],
 )
 def test_bad_format_options(extra, message):

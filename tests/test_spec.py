@@ -65,7 +65,7 @@ def test_a_spec_is_frozen_and_checked_again_when_replaced():
     ("options", "message"),
     [
         ({"epsilon": 0}, "--epsilon"),
-        ({"epsilon": 1, "beta": 1.5}, "--beta must be in (0, 1)"),
+        ({"epsilon": 1, "beta": 1.5}, "--beta must be a number in (0, 1)"),
         ({"epsilon": 1, "band": "wide"}, "--band must be one of step, simultaneous"),
         ({"epsilon": 1, "invalid": "skip"}, "--invalid must be one of"),
         ({"epsilon": 1, "metric": "rmse"}, "--metric must be one of"),

@@ -20,6 +20,7 @@ from pure_dp_mf.engines.keyed import KeyedCounters
 from pure_dp_mf.engines.keyed_io import read_keys, releases_text
 from pure_dp_mf.engines.runs import check_output_options, metadata
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_beta
 
 _STATE = typer.Argument(..., exists=True, dir_okay=False, help="a state file (count --state): one counter's, keyed or event rows")
 _FORMAT = typer.Option(
@@ -50,8 +51,8 @@ def releases(
     """Print the released steps of a state (read back; nothing is drawn)."""
     if last_step is not None and first_step > last_step:
         raise InvalidInputError(f"--first-step {first_step} is after --last-step {last_step}: no step lies between them")
-    if beta is not None and (not 0 < beta < 1):
-        raise InvalidInputError(f"--beta must be in (0, 1), got {beta}")
+    if beta is not None:
+        check_beta(beta)
     if _engine(state) == "keyed":
         _keyed_releases(state, output_format=output_format or "csv", first_step=first_step, last_step=last_step, beta=beta,
                         keys_file=keys_file)  # fmt: skip

@@ -66,7 +66,7 @@ from pure_dp_mf.engines.keyed import check_privacy_unit
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.factorizations.factorization import METRICS
 from pure_dp_mf.mechanisms import trees
-from pure_dp_mf.validation import LARGEST_STEP, check_epsilon, check_positive, check_size
+from pure_dp_mf.validation import LARGEST_STEP, check_beta, check_epsilon, check_positive, check_size
 
 EPSILON_RANGE = (1e-6, 1e6)
 """The ε the search considers (a known horizon)."""
@@ -337,8 +337,7 @@ def _setting(
     step = check_size(step, name="--step", maximum=LARGEST_STEP)
     if horizon is not None and step > horizon:
         raise InvalidInputError(f"--step must be in 1 … {horizon} (--horizon), got {step}")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise InvalidInputError(f"--beta must be a number in (0, 1), got {beta!r}")
+    check_beta(beta)
     if metric not in METRICS:
         raise InvalidInputError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     check_privacy_unit(privacy_unit)

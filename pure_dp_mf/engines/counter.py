@@ -30,7 +30,7 @@ from pure_dp_mf.engines.continual import ContinualCounter
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.spec import CountSpec, Publication, resolve
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import check_size, check_steps, exact_integers
+from pure_dp_mf.validation import check_beta, check_size, check_steps, exact_integers
 
 LOG = logging.getLogger("pure_dp_mf")
 
@@ -211,8 +211,7 @@ class Counter:
         its releases back (``releases``) or to go on. Locked and checked like any resumed state;
         with ``read_only`` it only reads (also a state this registry does not know) and releases
         nothing."""
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-            raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
+        beta = check_beta(beta, name="beta")
         if not Path(state).exists():
             raise InvalidInputError(f"{state}: no such state")
         counter = cls.__new__(cls)

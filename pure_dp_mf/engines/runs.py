@@ -25,6 +25,7 @@ from pure_dp_mf.engines.continual import complete_output
 from pure_dp_mf.engines.counter import Counter
 from pure_dp_mf.engines.journal import storage_error
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import check_beta
 
 
 @dataclass
@@ -43,8 +44,7 @@ def check_output_options(*, output_format: str, dimension: int, beta: object, in
         raise InvalidInputError(f"--format must be one of {', '.join(io.FORMATS)}, got {output_format!r}")
     if output_format != "plain" and dimension != 1:
         raise InvalidInputError("--format csv and jsonl are for --dimension 1 (one running count per line)")
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise InvalidInputError(f"--beta must be in (0, 1), got {beta!r}")
+    check_beta(beta)
     if invalid not in io.INVALID_POLICIES:
         raise InvalidInputError(f"--invalid must be one of {', '.join(io.INVALID_POLICIES)}, got {invalid!r}")
 

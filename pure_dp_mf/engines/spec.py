@@ -46,7 +46,7 @@ from typing import Any
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.validation import Epsilon, check_epsilon, check_size
+from pure_dp_mf.validation import Epsilon, check_beta, check_epsilon, check_size
 
 PRIVACY_UNITS = ("step", "event", "user-step", "user")
 USER_UNITS = ("user-step", "user")
@@ -251,9 +251,7 @@ class CountSpec:
             raise InvalidInputError(
                 f"--dimension {self.dimension} is more than {MAX_DIMENSION:,} counters, the most one run keeps in bounded memory"
             )
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not 0 < self.beta < 1:
-            raise InvalidInputError(f"--beta must be in (0, 1), got {self.beta!r}")
-        set_("beta", float(self.beta))
+        set_("beta", check_beta(self.beta))
         _one_of(self.band, BANDS, flag="--band")
         _one_of(self.invalid, INVALID_POLICIES, flag="--invalid")
         check_released_events(self.released_events)

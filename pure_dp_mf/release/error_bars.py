@@ -40,6 +40,7 @@ import numpy as np
 
 from pure_dp_mf.errors import InvalidInputError
 from pure_dp_mf.release.lattice import gamma
+from pure_dp_mf.validation import check_beta
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,7 @@ class NoiseMoments:
     def bars(self, *, beta: float) -> ErrorBars:
         """The standard deviation √Var and the guaranteed half-width
         h_t = √(2ν_t·s) + c_t·s + A_t + roundings/2, s = ln(2/β), at confidence 1 − β."""
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-            raise InvalidInputError(f"beta must be a number in (0, 1), got {beta!r}")
+        check_beta(beta, name="beta")
         s = math.log(2 / beta)
         half = (np.sqrt(2 * self.nu * s) + self.c * s + self.a + 0.5 * self.roundings) * (1 + 2.0**-40)
         return ErrorBars(std=np.sqrt(self.var), half_width=half, beta=beta)
