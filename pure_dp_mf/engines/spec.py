@@ -23,10 +23,11 @@ read, created, charged or released. ε is checked once (``validation.check_epsil
 checked value is an ``Epsilon``, which no later layer checks again.
 
 ``resolve`` turns a spec into what runs (``Resolution``): the mechanism (``mechanisms.resolve``:
-the one dispatch over anytime, certificate, base and planner), the per-step sensitivity Δ_step
-of the privacy unit, and the β of each interval (the band). The user-level sensitivity, which
-needs the column norms of the lifted base, is computed by the keyed engine from the resolved
-mechanism (``KeyedCounters``).
+the one dispatch over anytime, certificate, base and planner) and the planner row that chose
+it; the spec gives the public schedule (``schedule``) and the β of each interval (``step_beta``,
+the band). The sensitivity is the engine's, from the resolved mechanism and the unit's bounds:
+m or 2m per step (``ContinualCounter``), and for keyed counts Δ_step = m, K·m, or the exact
+user-level Δ from the lifted base's column norms (``KeyedCounters``).
 
 **Route parity.** ``ROUTES`` are the eight ways to run a count; ``features`` names what a spec
 asks for; ``REFUSED`` is the one table of what a route does not do, each with its reason, and
@@ -331,20 +332,6 @@ class CountSpec:
             object.__setattr__(self, "max_per_key", check_size(self.max_per_key, name="--max-per-key"))
 
     # ------------------------------------------------------------------ derived, public
-
-    @property
-    def step_sensitivity(self) -> int:
-        """Δ_step: how much one privacy unit changes one key's input at one step — m (one
-        step's value with d = 1, or an event), 2m (a step of d > 1 counters: one value moves
-        from one coordinate to another), K·m (user-step), K·m·C (user, anytime; a known horizon's
-        user sensitivity is exact from the base's column norms, ``KeyedCounters``)."""
-        m = self.max_value
-        if self.privacy_unit == "user-step":
-            return (self.max_keys or 1) * m
-        if self.privacy_unit == "user":
-            assert self.max_keys is not None and self.max_per_key is not None
-            return self.max_keys * m * self.max_per_key
-        return m if self.dimension == 1 else 2 * m
 
     def features(self) -> list[str]:
         """The features of ``FEATURES`` this spec asks for (the parity table's rows)."""
