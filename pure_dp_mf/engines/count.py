@@ -220,17 +220,8 @@ def _count_on_spark(
 
     if files.operator_log is not None:
         raise InvalidInputError("--operator-log is for the local engine")
-    generator = spec.publication.noise_generator()
-    if generator is not None and generator.seeded:  # as the local engine says it (the output's metadata says it too)
+    if spec.publication.seeded:  # as the local engine says it (the output's metadata says it too)
         say(SEEDED_WARNING)
-    mechanism = {
-        "epsilon": spec.epsilon,
-        "horizon": spec.horizon,
-        "base": spec.base,
-        "metric": spec.metric,
-        "max_value": spec.max_value,
-    }
-    bounds = {"privacy_unit": spec.privacy_unit, "max_keys": spec.max_keys, "max_per_key": spec.max_per_key}
     columns = {
         "key_column": files.key_column,
         "step_column": files.step_column,
@@ -238,15 +229,11 @@ def _count_on_spark(
         "user_column": files.user_column,
     }
     count_file_on_spark(
+        spec=spec.replace(keys=tuple(keys)),
         input_file=files.input_file,
-        keys=keys,
         columns=columns,
-        options={**mechanism, **bounds},
-        generator=generator,
         output=files.output,
         output_format=output_format,
         beta=beta,
         through=through,
-        invalid=spec.invalid,
-        calendar=spec.calendar,
     )

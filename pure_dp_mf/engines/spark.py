@@ -51,9 +51,7 @@ from pure_dp_mf.engines.keyed import (
     ContributionBounder,
     KeyedCounters,
     PerStepBounder,
-    check_keys,
     keys_sha256,
-    public_schedule,
 )
 from pure_dp_mf.engines.keyed_io import COLUMNS, Layout, release_columns
 from pure_dp_mf.engines.spec import CountSpec, check_user_column, keyed_spec
@@ -138,25 +136,15 @@ def private_running_counts(
     assert scheduled is not None
     grouped, settings, through = _shard_groups(
         events,
-        keys=spec.keys,
-        epsilon=spec.epsilon,
-        horizon=spec.horizon,
+        spec=spec,
         key_column=key_column,
         step_column=step_column,
         value_column=value_column,
         user_column=user_column,
-        privacy_unit=spec.privacy_unit,
-        max_keys=spec.max_keys,
-        max_per_key=spec.max_per_key,
-        max_value=spec.max_value,
         through=scheduled,
-        base=None if spec.base is None else str(spec.base),
-        metric=spec.metric,
         generator=spec.publication.noise_generator(),
         beta=spec.step_beta(intervals=len(spec.keys) * scheduled),
-        invalid=spec.invalid,
         keys_per_shard=keys_per_shard,
-        calendar=calendar,
     )
     released = grouped.applyInPandas(
         lambda frame: _release_shard(frame, through=through, settings=settings, calendar=calendar), release_schema(calendar)
@@ -178,25 +166,15 @@ def _marked(released: Any, settings: dict) -> Any:
 def _shard_groups(
     events: Any,
     *,
-    keys: Sequence[str],
-    epsilon: float,
-    horizon: int | None,
+    spec: CountSpec,
     key_column: str | None,
     step_column: str,
     value_column: str | None,
     user_column: str | None,
-    privacy_unit: str,
-    max_keys: int | None,
-    max_per_key: int | None,
-    max_value: int,
     through: Any,
-    base: str | None,
-    metric: str,
     generator: NoiseGenerator | None,
     beta: float,
-    invalid: str,
     keys_per_shard: int | None,
-    calendar: Calendar | None = None,
     flags: dict[str, str] | None = None,
 ) -> tuple[Any, dict, int]:
     """The batch plan up to the release: (the rows grouped by shard, the run's settings, through).
@@ -210,12 +188,14 @@ def _shard_groups(
     are hash-partitioned by it into as many partitions as shards (``repartition``: adaptive
     execution does not merge these), so every task releases one shard and the tasks are equal.
 
-    ``calendar``: the step column holds dates (``_calendar_steps``); ``flags``: how the caller
+    ``spec``: the count (its keys, mechanism, unit and bounds, invalid policy and calendar: with a
+    calendar the step column holds dates, ``_calendar_steps``); ``flags``: how the caller
     names the column arguments and the policy in a refusal (``API_NAMES``, or ``CLI_FLAGS`` for
     ``count --engine spark``)."""
     from pyspark.sql import functions as F
 
-    keys = check_keys(keys)
+    assert spec.keys is not None and spec.privacy_unit is not None
+    keys, calendar, invalid, privacy_unit = list(spec.keys), spec.calendar, spec.invalid, spec.privacy_unit
     spark = events.sparkSession
     if keys_per_shard is None:
         keys_per_shard = batch_shard_size(keys=len(keys), cores=int(spark.sparkContext.defaultParallelism))
@@ -228,28 +208,20 @@ def _shard_groups(
     check_user_column(privacy_unit, user_column)
     if invalid not in ("refuse", "zero", "clamp"):
         raise InvalidInputError(f"invalid must be refuse, zero or clamp on Spark batch, got {invalid!r}")
-    through = public_schedule(None if horizon is None else check_size(horizon, name="horizon"), through, calendar=calendar)
     settings = _run_settings(
-        keys=keys,
-        generator=generator,
-        lineage=_publication_lineage(generator),
-        beta=beta,
-        epsilon=epsilon,
-        horizon=horizon,
-        base=base,
-        metric=metric,
-        max_value=max_value,
-        privacy_unit=privacy_unit,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
+        keys=keys, generator=generator, lineage=_publication_lineage(generator), beta=beta, **mechanism_options(spec)
     )
     guard = None if generator.seeded else _claim(generator, settings=settings, keys=keys)
     key_table = _key_table(spark, keys, keys_per_shard)
     table = _scheduled(events, key_table, **columns, through=through, calendar=calendar, only_key=keys[0])
     if guard is not None:
         table = _read_once(table)
-    table = _apply_policy(table, invalid=invalid, max_value=max_value, columns=columns, flags=flags, dates=calendar is not None)
-    table = _bounded(table, privacy_unit=privacy_unit, max_keys=max_keys, max_per_key=max_per_key, max_value=max_value)
+    table = _apply_policy(
+        table, invalid=invalid, max_value=spec.max_value, columns=columns, flags=flags, dates=calendar is not None
+    )
+    table = _bounded(
+        table, privacy_unit=privacy_unit, max_keys=spec.max_keys, max_per_key=spec.max_per_key, max_value=spec.max_value
+    )
     if guard is not None:
         guard.record(first=0, digests=batch_digests(table, key=generator.key, through=through))
     shards = -(-len(keys) // keys_per_shard)
@@ -741,8 +713,7 @@ def private_running_counts_stream(
     spec = keyed_spec(spec, options, route="spark-stream")
     assert spec.keys is not None and spec.privacy_unit is not None
     keys, generator, privacy_unit, invalid = list(spec.keys), spec.publication.noise_generator(), spec.privacy_unit, spec.invalid
-    epsilon, horizon, base, metric, max_value = spec.epsilon, spec.horizon, spec.base, spec.metric, spec.max_value
-    max_keys, max_per_key = spec.max_keys, spec.max_per_key
+    horizon, max_value = spec.horizon, spec.max_value
     # a simultaneous band holds over the horizon's steps of every key (the clock decides when each is released)
     beta = spec.step_beta(intervals=None if horizon is None else len(keys) * horizon)
     if not isinstance(generator, NoiseGenerator):
@@ -756,18 +727,7 @@ def private_running_counts_stream(
     _check_stream(clock, privacy_unit=privacy_unit, user_column=user_column, invalid=invalid)
     calendar = spec.calendar
     settings = _run_settings(
-        keys=keys,
-        generator=generator,
-        lineage=_query_lineage(generator, query),
-        beta=beta,
-        epsilon=epsilon,
-        horizon=horizon,
-        base=base,
-        metric=metric,
-        max_value=max_value,
-        privacy_unit=privacy_unit,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
+        keys=keys, generator=generator, lineage=_query_lineage(generator, query), beta=beta, **mechanism_options(spec)
     )
     settings["invalid"] = invalid
     if not generator.seeded:  # the publication, claimed once at query start; the executors record each shard's steps
@@ -1057,6 +1017,20 @@ def _stream_state(digest: str, released: int, totals: np.ndarray, pending: np.nd
     )
 
 
+def mechanism_options(spec: CountSpec) -> dict[str, Any]:
+    """The options of ``spec`` every executor builds a key's counter from (``_run_settings``)."""
+    return {
+        "epsilon": spec.epsilon,
+        "horizon": spec.horizon,
+        "base": None if spec.base is None else str(spec.base),
+        "metric": spec.metric,
+        "max_value": spec.max_value,
+        "privacy_unit": spec.privacy_unit,
+        "max_keys": spec.max_keys,
+        "max_per_key": spec.max_per_key,
+    }
+
+
 def _run_settings(
     *, generator: NoiseGenerator, beta: float, lineage: str | None = None, keys: Sequence[str] = ("template",), **mechanism
 ) -> dict:
@@ -1302,17 +1276,13 @@ def _spark_failures() -> tuple[type[BaseException], ...]:
 
 def count_file_on_spark(
     *,
+    spec: CountSpec,
     input_file,
-    keys: list[str],
     columns: dict,
-    options: dict,
-    generator: NoiseGenerator | None,
     output,
     output_format: str,
     beta: float,
     through: int,
-    invalid: str = "refuse",
-    calendar: Calendar | None = None,
 ) -> None:
     """``count --engine spark``: the releases of a CSV file's events, written by the executors
     and never held by the driver, in the local engine's layout (``keyed_io.Layout``): without
@@ -1345,9 +1315,13 @@ def count_file_on_spark(
         raise InvalidInputError(f"--format for keyed counts must be csv, jsonl or parquet, got {output_format!r}")
     output = None if output is None else Path(output)
     _check_output(output, output_format)
-    generator = generator if generator is not None else NoiseGenerator.secure()
+    assert spec.keys is not None
+    keys, calendar, invalid = list(spec.keys), spec.calendar, spec.invalid
+    generator = spec.publication.noise_generator() or NoiseGenerator.secure()
     template = KeyedCounters(  # two keys: the unit's checks that count keys refuse here, before Spark starts
-        keys=keys[:2], generator=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(), **options
+        keys=keys[:2],
+        generator=NoiseGenerator.from_seed(0) if generator.seeded else NoiseGenerator.secure(),
+        **mechanism_options(spec),
     )
     summary = {**template.summary(), "keys": len(keys), "beta": beta, "through": through, "engine": "spark", "invalid": invalid}
     summary["seeded"] = generator.seeded
@@ -1364,16 +1338,13 @@ def count_file_on_spark(
             frame = session.read.csv(str(input_file), header=True)
             grouped, settings, through = _shard_groups(
                 frame,
-                keys=keys,
+                spec=spec,
                 generator=generator,
                 beta=beta,
                 through=through,
                 keys_per_shard=keys_per_shard,
-                invalid=invalid,
-                calendar=calendar,
                 flags=CLI_FLAGS,
                 **columns,
-                **options,
             )
             folder = str(parts)
             written = grouped.applyInPandas(
