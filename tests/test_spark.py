@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,28 +81,21 @@ def test_each_batch_shard_is_released_alone_in_its_own_partition(spark):
     from pyspark.sql import functions as F
 
     from pure_dp_mf.engines.spark import _shard_groups
+    from pure_dp_mf.engines.spec import CountSpec
 
     keys = [f"k{i}" for i in range(40)]
     frame = spark.createDataFrame(pd.DataFrame({"key": keys * 3, "step": [1, 2, 3] * 40}))
+    spec = CountSpec(epsilon=1.0, horizon=5, keys=tuple(keys), base=Path(BASE))
     grouped, _, _ = _shard_groups(
         frame,
-        keys=keys,
-        epsilon=1.0,
-        horizon=5,
+        spec=spec,
         key_column="key",
         step_column="step",
         value_column=None,
         user_column=None,
-        privacy_unit="event",
-        max_keys=None,
-        max_per_key=None,
-        max_value=1,
-        through=None,
-        base=BASE,
-        metric="maxse",
+        through=5,
         generator=NoiseGenerator.from_seed(1),
         beta=0.05,
-        invalid="refuse",
         keys_per_shard=1,
     )
     shape = "shard long, keys long, events long"
