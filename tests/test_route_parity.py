@@ -176,6 +176,16 @@ def _event_file(tmp_path: Path, spec: CountSpec, *, keyed: bool) -> Path:
     return path
 
 
+def _ensure_budget() -> None:
+    """The budget the "budget" feature charges, in this process's registry."""
+    from pure_dp_mf.engines.budget import Budget, BudgetError
+
+    try:
+        Budget.open(BUDGET)
+    except BudgetError:
+        Budget.create(BUDGET, epsilon=1000)
+
+
 def _event_frame(spec: CountSpec):
     """The events as a pandas DataFrame (key, step or date, user, value): key "a"'s alone for one stream."""
     import pandas as pd
@@ -276,12 +286,7 @@ def test_every_route_runs_a_feature_alike_or_refuses_it_from_the_table(feature, 
     other route of its family (with a key file: one publication, the same releases on every
     route that runs it)."""
     if feature == "budget":
-        from pure_dp_mf.engines.budget import Budget, BudgetError
-
-        try:
-            Budget.open(BUDGET)
-        except BudgetError:
-            Budget.create(BUDGET, epsilon=1000)
+        _ensure_budget()
     results = {}
     for route in (*LINE_ROUTES, *ROW_ROUTES):
         if route == "cli-keyed" and feature in ONE_STREAM_FEATURES:
@@ -352,6 +357,8 @@ def test_spark_batch_runs_a_feature_as_the_local_engine_or_refuses_it_from_the_t
     """Spark batch releases the local keyed engine's seeded rows, or the table's refusal."""
     (tmp_path / "local").mkdir()
     (tmp_path / "spark").mkdir()
+    if feature == "budget":
+        _ensure_budget()
     local = outcome("keyed-counters", feature, tmp_path / "local")
     try:
         spec = make_spec("keyed-counters", feature_options(feature, tmp_path / "spark"))
