@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import time
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -223,9 +225,18 @@ def _train_with_progress(
     with Progress(*columns, console=console, disable=disable, transient=False) as bar:
         task = bar.add_task("train", total=settings.adam_steps + settings.lbfgs_steps, current=float("nan"), best=float("nan"))
 
+        plain = not disable and not console.is_terminal  # a log file: a line every 10 steps, not a bar drawn at the end
+        started = time.monotonic()
+
         def report(step: int, total: int, current: float, best: float) -> None:
             if step % 10 == 0 or step == total:
                 bar.update(task, completed=step, total=total, current=current, best=best)
+                if plain:
+                    print(
+                        f"step {step}/{total}  2C² {current:.7f}  best {best:.7f}  {time.monotonic() - started:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
         if options is not None:
             return train_sparse_factorization(
