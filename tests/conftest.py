@@ -50,6 +50,20 @@ def spark():
     session.stop()
 
 
+def spark_environment(**changes: str | None) -> dict[str, str]:
+    """This process's environment for a child that starts Spark: no ``PYSPARK_*`` settings (the
+    child's ``local_session`` sets its own) and no ``VIRTUAL_ENV``; then ``changes`` (None removes
+    a variable)."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")}
+    environment.pop("VIRTUAL_ENV", None)
+    for name, value in changes.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return environment
+
+
 def run_cli(
     *arguments: str, input_text: str | None = None, timeout: float = SAFETY_LIMIT, env: dict | None = None
 ) -> subprocess.CompletedProcess:

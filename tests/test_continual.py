@@ -28,6 +28,7 @@ from pure_dp_mf.factorizations.factorization import Factorization
 from pure_dp_mf.mechanisms import mechanism as mechanisms
 from pure_dp_mf.mechanisms.lift import as_exact, explicit_lift, lift_plan
 from pure_dp_mf.mechanisms.lifted import LiftedDecoder
+from pure_dp_mf.mechanisms.resolve import resolve_mechanism
 
 pytestmark = pytest.mark.filterwarnings("ignore:seeded noise")
 
@@ -456,3 +457,13 @@ def test_update_one_step_at_a_time_is_the_batch_release_with_the_same_state(tmp_
         with pytest.raises(InvalidInputError):
             single.update(bad)
     assert single.released == 300
+
+
+def test_a_counter_needs_exactly_one_of_a_mechanism_and_a_base():
+    """Neither a mechanism nor a base is refused with a line that says what to give (not "not
+    both"); both are refused too."""
+    mechanism = resolve_mechanism(horizon=8, base=None, metric="maxse").mechanism
+    with pytest.raises(InvalidInputError, match=r"give a mechanism \(mechanism=…\) or a base with its horizon"):
+        ContinualCounter(epsilon=1.0, horizon=8, generator=NoiseGenerator.from_seed(0))
+    with pytest.raises(InvalidInputError, match="not both"):
+        ContinualCounter(epsilon=1.0, mechanism=mechanism, base="k002_maxse.npz", generator=NoiseGenerator.from_seed(0))

@@ -13,7 +13,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pd = pytest.importorskip("pandas")
 
-from conftest import SAFETY_LIMIT  # noqa: E402
+from conftest import SAFETY_LIMIT, spark_environment  # noqa: E402
 
 from pure_dp_mf.engines import ledger  # noqa: E402
 from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
@@ -109,6 +109,24 @@ def test_each_batch_shard_is_released_alone_in_its_own_partition(spark):
     assert rows == [(shard, shard, 1, 4) for shard in range(40)]
 
 
+def test_spark_trims_a_key_exactly_as_python_strip_does(spark):
+    """The characters Spark trims around a key are exactly those ``str.strip`` removes (every code
+    point checked), and ``trim(key, _KEY_SPACE)`` equals ``normalise_key`` on keys with each of
+    them around, inside and alone, and on keys of other scripts."""
+    from pyspark.sql import functions as F
+
+    from pure_dp_mf.engines.keys import normalise_key
+    from pure_dp_mf.engines.spark import _KEY_SPACE
+
+    assert sorted(_KEY_SPACE) == [chr(code) for code in range(0x110000) if chr(code).isspace()]
+    texts = ["fr", "", "a b", "\u00e9t\u00e9", "\U0001f600x", "\u200bzw"]  # U+200B is not white space
+    texts += [f"{space}fr{space}" for space in _KEY_SPACE] + [f"a{space}b{space}" for space in _KEY_SPACE]
+    texts += [space * 2 for space in _KEY_SPACE] + ["\u2003\x1c key \u3000\t"]
+    frame = spark.createDataFrame([(i, text) for i, text in enumerate(texts)], "i long, key string")
+    trimmed = frame.select("i", F.trim(F.col("key"), F.lit(_KEY_SPACE)).alias("key")).collect()
+    assert {row.i: row.key for row in trimmed} == {i: normalise_key(text) for i, text in enumerate(texts)}
+
+
 def test_spark_reads_a_key_with_white_space_around_it_as_the_local_engine_does(spark):
     """One key normalisation (keyed.normalise_key) on every engine: " fr" and "fr\t" are "fr"."""
     keys = ["de", "fr", "it"]
@@ -199,7 +217,7 @@ def test_count_engine_spark_writes_what_local_writes(tmp_path):
     venv_bin = os.path.dirname(sys.executable)
     path = os.pathsep.join(part for part in os.environ.get("PATH", "").split(os.pathsep) if part and part != venv_bin)
     command = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments, "--engine", "spark"]
-    on_spark = subprocess.run(command, env=_spark_environment(PATH=path), capture_output=True, text=True, timeout=600)
+    on_spark = subprocess.run(command, env=spark_environment(PATH=path), capture_output=True, text=True, timeout=600)
     assert local.returncode == 0 and on_spark.returncode == 0, on_spark.stderr[-3000:]
     assert local.stdout == on_spark.stdout
 
@@ -424,17 +442,6 @@ def _tiny_count(tmp_path) -> list[str]:
     return [command, *arguments, "--step-column", "day", "--epsilon", "1", "--horizon", "4", "--seed", "1", "--engine", "spark"]
 
 
-def _spark_environment(**changes: str | None) -> dict[str, str]:
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")}
-    environment.pop("VIRTUAL_ENV", None)
-    for name, value in changes.items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
-    return environment
-
-
 def _error_lines(finished) -> list[str]:
     return [line for line in finished.stderr.splitlines() if line.startswith("error:")]
 
@@ -442,7 +449,7 @@ def _error_lines(finished) -> list[str]:
 def test_count_on_spark_without_java_is_one_error_line(tmp_path):
     import subprocess
 
-    environment = _spark_environment(PATH=os.path.dirname(sys.executable), JAVA_HOME=None)
+    environment = spark_environment(PATH=os.path.dirname(sys.executable), JAVA_HOME=None)
     finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 2 and finished.stdout == ""
     assert len(_error_lines(finished)) == 1 and "Java 17" in _error_lines(finished)[0], finished.stderr
@@ -451,7 +458,7 @@ def test_count_on_spark_without_java_is_one_error_line(tmp_path):
     fake.mkdir(parents=True)
     (fake / "java").write_text("#!/bin/sh\necho 'UnsupportedClassVersionError' >&2\nexit 1\n")
     (fake / "java").chmod(0o755)
-    environment = _spark_environment(PATH=os.pathsep.join([str(fake), "/usr/bin", "/bin"]), JAVA_HOME=None)
+    environment = spark_environment(PATH=os.pathsep.join([str(fake), "/usr/bin", "/bin"]), JAVA_HOME=None)
     finished = subprocess.run(_tiny_count(tmp_path), env=environment, capture_output=True, text=True, timeout=SAFETY_LIMIT)
     assert finished.returncode == 2 and len(_error_lines(finished)) == 1, finished.stderr
     assert "the JVM did not start" in _error_lines(finished)[0]
@@ -470,7 +477,7 @@ def test_count_on_spark_out_of_heap_is_one_error_line_naming_the_memory_setting(
     arguments = _tiny_count(tmp_path)
     small = subprocess.run(
         [*arguments, "--output", str(tmp_path / "small.csv")],
-        env=_spark_environment(PURE_DP_MF_SPARK_MEMORY="64m"),
+        env=spark_environment(PURE_DP_MF_SPARK_MEMORY="64m"),
         capture_output=True,
         text=True,
         timeout=SAFETY_LIMIT,
@@ -483,7 +490,7 @@ def test_count_on_spark_out_of_heap_is_one_error_line_naming_the_memory_setting(
     arguments[arguments.index("--keys") + 1] = str(tmp_path / "million.txt")
     heap = subprocess.run(
         [*arguments, "--output", str(tmp_path / "heap.csv")],
-        env=_spark_environment(PURE_DP_MF_SPARK_MEMORY="480m"),
+        env=spark_environment(PURE_DP_MF_SPARK_MEMORY="480m"),
         capture_output=True,
         text=True,
         timeout=900,
@@ -525,7 +532,7 @@ def test_count_on_spark_at_a_thousand_keys_streams_the_local_bytes_and_never_ove
     arguments += ["--horizon", "10", "--seed", "3", "--base", BASE]
 
     def run(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*arguments, *more], env=_spark_environment(), capture_output=True, text=True, timeout=600)
+        return subprocess.run([*arguments, *more], env=spark_environment(), capture_output=True, text=True, timeout=600)
 
     local = run("--output", str(tmp_path / "local.csv"))
     on_spark = run("--engine", "spark", "--output", str(tmp_path / "spark.csv"))

@@ -17,6 +17,8 @@ import pytest
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pd = pytest.importorskip("pandas")
 
+from conftest import spark_environment  # noqa: E402
+
 from pure_dp_mf.engines import dataframe as local_engine  # noqa: E402
 from pure_dp_mf.engines import spark as spark_engine  # noqa: E402
 from pure_dp_mf.engines.generator import NoiseGenerator  # noqa: E402
@@ -192,7 +194,7 @@ def test_spark_streaming_refuses_on_the_driver_what_the_local_engine_refuses(spa
 
 
 def _run(arguments: list[str], *, engine: str, **settings: str) -> subprocess.CompletedProcess:
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYSPARK_")} | settings
+    environment = spark_environment(**settings)
     command = [sys.executable, "-c", "from pure_dp_mf.cli import main; main()", *arguments, "--engine", engine]
     return subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
 

@@ -145,8 +145,13 @@ class ContinualCounter(_CounterState):
         generator: NoiseGenerator | None = None,
         _lineage: str | None = None,
     ) -> None:
-        if (mechanism is None) == (base is None):
+        if mechanism is not None and base is not None:
             raise InvalidInputError("give a mechanism or a base (with its horizon), not both")
+        if mechanism is None and base is None:
+            raise InvalidInputError(
+                "give a mechanism (mechanism=…) or a base with its horizon (base=…, horizon=…); "
+                "Counter plans one from epsilon and horizon alone"
+            )
         if mechanism is None:
             mechanism = resolve_mechanism(horizon=check_size(horizon, name="horizon"), base=base, metric=metric).mechanism  # type: ignore[arg-type]
         elif horizon is not None and horizon != mechanism.horizon:

@@ -363,18 +363,24 @@ def _check_single(key_column: str | None, keys: Sequence[str], *, flags: dict[st
 USER_UNITS = ("user-step", "user")  # the privacy units whose bounds need the user of every event
 
 
-def _strict_long(column):
+def _strict_long(column, data_type: Any = None):
     """A column as long when its text is an integer in ASCII digits (else null): no "1_0", no
-    exponent, no other script, no fraction (Spark's own cast would truncate "12.5" to 12)."""
+    exponent, no other script, no fraction (Spark's own cast would truncate "12.5" to 12). A
+    column whose ``data_type`` is already an integer type is taken as it is (widened to long),
+    without the text round trip."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
 
+    if isinstance(data_type, (ByteType, ShortType, IntegerType, LongType)):
+        return column.cast("long")
     text = F.trim(column.cast("string"))
     return F.when(text.rlike(_INTEGER), F.regexp_replace(text, "\\.0*$", "").try_cast("decimal(38,0)").try_cast("long"))
 
 
-_KEY_SPACE = r"(?U)^[\s\x1c-\x1f]+|[\s\x1c-\x1f]+$"
-"""The white space around a key, as Python's ``str.strip`` sees it (``keyed.normalise_key``): Java's
-Unicode white space and the four separators U+001C–U+001F that Python counts too."""
+_KEY_SPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+"""The characters Python's ``str.strip`` removes around a key (``keyed.normalise_key``): the
+Unicode white space and the four separators U+001C–U+001F, 29 in all; Spark's
+``trim(key, _KEY_SPACE)`` removes the same, one character at a time (no regular expression)."""
 
 
 def _scheduled(
@@ -396,13 +402,14 @@ def _scheduled(
     step column holds dates (``_calendar_steps``)."""
     from pyspark.sql import functions as F
 
-    value = _strict_long(F.col(value_column)) if value_column is not None else F.lit(1).cast("long")
+    types = {field.name: field.dataType for field in events.schema.fields}
+    value = _strict_long(F.col(value_column), types.get(value_column)) if value_column is not None else F.lit(1).cast("long")
     if key_column is None:
         key = F.lit(only_key).cast("string")
     else:
-        key = F.regexp_replace(F.col(key_column).cast("string"), _KEY_SPACE, "")  # keyed.normalise_key
+        key = F.trim(F.col(key_column).cast("string"), F.lit(_KEY_SPACE))  # keyed.normalise_key
     if calendar is None:
-        step = _strict_long(F.col(step_column))
+        step = _strict_long(F.col(step_column), types.get(step_column))
     else:
         step = _calendar_steps(F.col(step_column), calendar, data_type=events.schema[step_column].dataType)
     columns = [key.alias("key"), step.alias("step"), value.alias("value")]
@@ -744,11 +751,11 @@ def private_running_counts_stream(
     table = _stream_policy(table, invalid=invalid, max_value=max_value)
     shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
     ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
-    if privacy_unit in USER_UNITS:
-        table = _bounded_users(table, settings=settings, keys=keys)
-    rows = table.select("key", "step", "value", F.lit(False).alias("tick")).join(
-        F.broadcast(key_table.select("key", "shard")), on="key", how="inner"
-    )
+    if privacy_unit in USER_UNITS:  # the bounded events (key, step, value) get their shard again
+        table = _bounded_users(table, settings=settings, keys=keys).join(
+            F.broadcast(key_table.select("key", "shard")), on="key", how="inner"
+        )
+    rows = table.select("key", "step", "value", F.lit(False).alias("tick"), "shard")
     ticks = ticks.select(
         F.lit(None).cast("string").alias("key"), "step", F.lit(0).cast("long").alias("value"), F.lit(True).alias("tick"), "shard"
     )
@@ -930,6 +937,9 @@ def _release_stream(
 
     from pure_dp_mf.engines.registry import generator_tag
 
+    # PySpark's own serializer of this function's output concatenates frames with empty ones
+    # (pyspark/worker.py), which pandas ≥ 2.1 warns about at every micro-batch: not ours to mend
+    warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty", category=FutureWarning)
     shard_keys = shards[int(shard[0])]
     counters = _shard_counters(shard_keys, settings)
     digest = f"{counters._keys_sha256}:{generator_tag(counters.generator.key)}"  # the shard's keys and the query's noise key
