@@ -58,7 +58,7 @@ import functools
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
@@ -155,9 +155,6 @@ class _Setting:
         return EPSILON_RANGE[0]
 
 
-_SETTING_FIELDS = tuple(f.name for f in fields(_Setting))
-
-
 def plan(
     *,
     step: int,
@@ -198,7 +195,18 @@ def accuracy(
     the counter that ``count`` runs for ``epsilon``, ``horizon`` (None: the anytime counter),
     ``metric``, ``mechanism`` ("auto", "lifted", a tree; "anytime" without a horizon) or ``base``,
     and the privacy unit with its bounds (module docstring): the numbers that counter reports."""
-    setting = _setting(**_setting_arguments(locals()))
+    setting = _setting(
+        step=step,
+        horizon=horizon,
+        beta=beta,
+        metric=metric,
+        mechanism=mechanism,
+        base=base,
+        privacy_unit=privacy_unit,
+        max_value=max_value,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+    )
     epsilon = check_epsilon(epsilon, name="--epsilon")
     if setting.horizon is None and epsilon < setting.lowest_epsilon:
         raise InvalidInputError(
@@ -232,7 +240,18 @@ def plan_epsilon(
     there meets."""
     if (target_std is None) == (target_half_width is None):
         raise InvalidInputError("give exactly one of --target-std, --target-half-width")
-    setting = _setting(**_setting_arguments(locals()))
+    setting = _setting(
+        step=step,
+        horizon=horizon,
+        beta=beta,
+        metric=metric,
+        mechanism=mechanism,
+        base=base,
+        privacy_unit=privacy_unit,
+        max_value=max_value,
+        max_keys=max_keys,
+        max_per_key=max_per_key,
+    )
     tolerance = check_positive(tolerance, name="tolerance")
     if tolerance >= 1:
         raise InvalidInputError(f"tolerance must be below 1, got {tolerance}")
@@ -311,12 +330,6 @@ def _smallest_epsilon(
         if rounded <= lo * (1 + tolerance) and value_at(rounded) <= target:
             return rounded
     return hi
-
-
-def _setting_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of ``_setting`` among a planning function's own (its ``locals()`` before
-    anything else is assigned): those named as the fields of ``_Setting``."""
-    return {name: arguments[name] for name in _SETTING_FIELDS}
 
 
 def _setting(
