@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import SAFETY_LIMIT
+from conftest import SAFETY_LIMIT, run_cli
 
 from pure_dp_mf.errors import FactorizationFileError, InvalidInputError
 from pure_dp_mf.factorizations.factorization import Factorization
@@ -258,6 +259,20 @@ def test_cuda_request_without_cuda():
         pytest.skip("a CUDA device is present")
     with pytest.raises(InvalidInputError, match="cuda"):
         train_base_factorization(settings=TrainSettings(base_size=4, metric="maxse", device="cuda"))
+
+
+def test_train_into_a_log_file_prints_a_progress_line_every_10_steps(tmp_path):
+    """Run as a background job writes it (standard output and error not a terminal): a plain line
+    every 10 steps with the step, the current and the best 2C², not a progress bar drawn only at
+    the end; under --json no such line."""
+    arguments = ["train", "--base-size", "4", "--metric", "maxse", "--adam-steps", "25", "--lbfgs-steps", "0"]
+    finished = run_cli(*arguments, "--out", str(tmp_path / "k4.npz"))
+    assert finished.returncode == 0, finished.stderr
+    lines = [line for line in finished.stderr.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["10/25", "20/25", "25/25"]
+    assert all(re.fullmatch(r"step \d+/25  2C² \d+\.\d{7}  best \d+\.\d{7}  \d+ s", line) for line in lines)
+    quiet = run_cli(*arguments, "--out", str(tmp_path / "j.npz"), "--json")
+    assert quiet.returncode == 0 and not [line for line in quiet.stderr.splitlines() if line.startswith("step ")]
 
 
 def test_cli_train(tmp_path):
