@@ -1,26 +1,36 @@
-"""Search: anytime schedules whose carried total is re-estimated jointly over earlier segments.
+"""Search: anytime schedules with own and joint segment totals, exact at every integer t.
 
-    .venv/bin/python benchmarks/search_anytime_joint.py maxse [--totals 0-1,0-2] [--lengths] [--maximum 16777216]
+    .venv/bin/python benchmarks/search_anytime_joint.py maxse                  # the shipped schedule, shares re-optimised
+    .venv/bin/python benchmarks/search_anytime_joint.py maxse --totals 0-3     # a joint total over segments 0 … 3 too
+    .venv/bin/python benchmarks/search_anytime_joint.py meanse --lengths --budget 1800   # local search
+    (--comparator-cache FILE.npz keeps the comparator, about 40 s at 2²⁴, for the next run)
 
-The construction (a generalisation of the two-release segments, docs/anytime.md): the shipped
-schedule's segments, each running its counter at a_s·ε, and a list of **total releases**, each
-one discrete-Laplace estimate J_r = Σ_{steps in segments i_r … j_r} x + Z_r at φ_r·ε released at the
-last step of segment j_r (the segment's own total of a two-release segment is the range s … s).
-Privacy: a step of segment s enters its counter and the totals whose range holds s, so with
-a_s + Σ_{r ∋ s} φ_r = 1 its privacy loss is ≤ ε by sequential composition (the other releases do
-not depend on it); the carried estimate is post-processing.
+The construction (a generalisation of the two-release segments, docs/anytime.md): a schedule's
+segments (``--start``: scheme entries in ``anytime.json``'s form; the shipped scheme by default),
+each running its counter at a_s·ε, and a list of **total releases**, each one discrete-Laplace
+estimate J_r = Σ_{steps in segments i_r … j_r} x + Z_r at φ_r·ε released at the last step of
+segment j_r (a two-release segment's own total is the range s … s; ``--own``, and ``--totals``
+for ranges over several segments). Privacy: a step of segment s enters its counter and the
+totals whose range holds s, so with a_s + Σ_{r ∋ s} φ_r = 1 its privacy loss is ≤ ε by
+sequential composition (no other release depends on it); the carried estimate is
+post-processing.
 
 The carried total at the start of segment s is the generalised least-squares (inverse-variance)
 estimate of Σ_{s' < s} S_{s'} from every estimate released before: each earlier counter's final
-row (variance 2Δ_{s'}²ρ_{s'}(ℓ − 1)/a_{s'}²) and each earlier total (2/φ_r²); its variance
-C_s = 1ᵀ(AᵀWA)⁻¹1 (A the 0/1 design, W the inverse variances). A step u of segment s then has
-variance C_s + 2Δ_s²ρ_s(u)/a_s² (ε = 1), exactly as ``anytime.variances`` for the shipped kinds.
+row (variance 2Δ_{s'}²ρ_{s'}(ℓ − 1)/a_{s'}²) and each earlier total (2/φ_r², as
+``anytime.carried_variance``); its variance C_s = 1ᵀ(AᵀWA)⁻¹1 (A the 0/1 design, W the inverse
+variances). A step u of segment s then has variance C_s + 2Δ_s²ρ_s(u)/a_s² (ε = 1), as
+``anytime.variances`` for the shipped kinds (own totals only: then the two agree).
 
-The shares φ are optimised (Nelder–Mead on the largest ratio over an active set of t, the set
-grown until it holds the largest ratio over every integer t), ``--lengths`` then also moves the
-boundaries (coordinate search on each segment's length); every figure printed at the end is the
-largest ratio over every integer t in [10³, ``--maximum``] against ``bench_anytime.comparator``
-(floats: it searches; the benchmark measures).
+The shares φ are optimised (Nelder–Mead with restarts on the largest ratio over an active set
+of t, the set grown by the exact maximisers until its maximum is the maximum over every integer
+t); ``--lengths`` then runs a first-improvement local search (one boundary moved by 2 %, 6 % or
+15 % of its segment, one top α tilted by as much, one base replaced by k/2, 2k or the other
+metric's), the shares re-optimised for each move. With own totals only, the result is printed
+as scheme entries (θ in 1/1024, the best of rounding each share down or up; the inverse-variance
+weights in 2⁻¹⁶) with its largest MaxSE and MeanSE ratios over every integer t in
+[10³, ``--maximum``] from ``anytime.variances`` against ``bench_anytime.comparator``: the
+benchmark's own figures (floats: it searches; the benchmark measures).
 """
 
 from __future__ import annotations
