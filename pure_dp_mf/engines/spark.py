@@ -33,6 +33,7 @@ setting to change (``spark_error``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -411,7 +412,7 @@ def _scheduled(
     if calendar is None:
         step = _strict_long(F.col(step_column), types.get(step_column))
     else:
-        step = _calendar_steps(F.col(step_column), calendar, data_type=events.schema[step_column].dataType)
+        step = _calendar_steps(F.col(step_column), calendar, data_type=types[step_column])
     columns = [key.alias("key"), step.alias("step"), value.alias("value")]
     if user_column is not None:
         columns.append(F.col(user_column).cast("string").alias("user"))
@@ -921,6 +922,14 @@ def _user_bounds(*, settings: dict, keys: Sequence[str]):
     return _user_bounds_processor()(settings=settings, keys=keys)
 
 
+@functools.cache
+def _quiet_pyspark_concatenation() -> None:
+    """Once per Python worker: PySpark's own serializer of ``_release_stream``'s output
+    concatenates frames with empty ones (pyspark/worker.py), which pandas ≥ 2.1 warns about at
+    every micro-batch; that warning (and only it) is silenced in the worker, never in the driver."""
+    warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty", category=FutureWarning)
+
+
 def _release_stream(
     shard: tuple, frames, state, *, shards: Sequence[Sequence[str]], settings: dict, calendar: Calendar | None = None
 ):
@@ -937,9 +946,7 @@ def _release_stream(
 
     from pure_dp_mf.engines.registry import generator_tag
 
-    # PySpark's own serializer of this function's output concatenates frames with empty ones
-    # (pyspark/worker.py), which pandas ≥ 2.1 warns about at every micro-batch: not ours to mend
-    warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty", category=FutureWarning)
+    _quiet_pyspark_concatenation()
     shard_keys = shards[int(shard[0])]
     counters = _shard_counters(shard_keys, settings)
     digest = f"{counters._keys_sha256}:{generator_tag(counters.generator.key)}"  # the shard's keys and the query's noise key
