@@ -30,7 +30,9 @@ minute each on a 2-core machine).
   ``--spark-sink`` (csv: the files checked byte-identical; parquet), and the DataFrame API on each
   of ``--api-masters`` (``private_running_counts(…).write.parquet``: Spark's writer); every Parquet
   output is checked for its rows and the total of its counts. Time, rows per second, CPU time,
-  memory, the ratios local[1]/local[2] and Spark/local. A run past ``--spark-timeout`` seconds is
+  memory, the ratios local[1]/local[2] and Spark/local, the former beside the machine's two-core
+  ceiling (``parallel_ceiling.py``: two CPU-bound processes side by side against one, measured
+  first). A run past ``--spark-timeout`` seconds is
   stopped. E.g. 10⁶ keys through the DataFrame API only: ``--spark --spark-keys 1000000
   --spark-runs api``.
 * ``--spark-stream``: Spark Structured Streaming (``private_running_counts_stream``) on
@@ -71,6 +73,10 @@ from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.engines.keyed import KeyedCounters
 from pure_dp_mf.mechanisms import planner
 from pure_dp_mf.release import lattice
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parallel_ceiling import describe as describe_ceiling  # noqa: E402
+from parallel_ceiling import parallel_ceiling  # noqa: E402
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 QUICK = {
@@ -585,8 +591,11 @@ def keyed_memory(shapes: list[tuple[int, int]]) -> list[dict]:
     return rows
 
 
-def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict], memory: list[dict]) -> None:
-    """The speed goals with what this run measured (Markdown)."""
+def goals_table(
+    *, local: dict | None, streams: list[dict], batches: list[dict], memory: list[dict], ceilings: list[dict] | None = None
+) -> None:
+    """The speed goals with what this run measured (Markdown); ``ceilings``: the machine's
+    two-core ceilings (``parallel_ceiling``), set beside the local[1] → local[2] speed-up."""
     print("| what | goal | measured |")
     print("|---|---|---|")
     if local is not None:
@@ -613,7 +622,9 @@ def goals_table(*, local: dict | None, streams: list[dict], batches: list[dict],
             )
         if spark is not None and "CLI local[1]" in times:
             speedup = times["CLI local[1]"]["seconds"] / spark["seconds"]
-            print(f"| Spark batch, {keys:,} keys, local[1] → local[2] | ≥ 1.6× | {speedup:.2f}× |")
+            limits = "; ".join(f"{row['workload']} {row['ceiling']:.2f}×" for row in ceilings or [])
+            limits = f" (this machine's two-core ceiling, two processes against one: {limits})" if limits else ""
+            print(f"| Spark batch, {keys:,} keys, local[1] → local[2] | ≥ 1.6× | {speedup:.2f}×{limits} |")
     if memory:
         cells = "; ".join(f"{row['keys']:,} × {row['steps']:,}: {row['peak_rss_mib']:.0f} MiB" for row in memory)
         print(f"| memory, keyed local (peak RSS, keys × steps) | O(keys · log n) | {cells} |")
@@ -703,6 +714,11 @@ def main() -> None:
     failed: list[str] = []
     batches: list[dict] = []
     streams: list[dict] = []
+    ceilings: list[dict] = []
+    if arguments.spark and len(arguments.spark_masters) > 1:  # what two cores can give at most, measured first
+        ceilings = [parallel_ceiling(workload=workload, repeats=3) for workload in ("python", "numpy")]
+        for row in ceilings:
+            print(f"parallel ceiling, {describe_ceiling(row)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_keyed_") as scratch:
         os.environ["PURE_DP_MF_REGISTRY"] = os.path.join(scratch, "registry.sqlite3")  # never the user's registry
         missing = spark_missing() if arguments.spark or arguments.spark_stream else None
@@ -796,7 +812,7 @@ def main() -> None:
     memory = keyed_memory(shapes) if shapes else []
     if batches:
         scaling_table(batches)
-    goals_table(local=measured.get(True), streams=streams, batches=batches, memory=memory)
+    goals_table(local=measured.get(True), streams=streams, batches=batches, memory=memory, ceilings=ceilings)
     if skipped or failed:
         reasons = [f"not run: {' and '.join(skipped)} ({missing})"] if skipped else []
         raise SystemExit("; ".join(reasons + [f"failed: {reason}" for reason in failed]))

@@ -694,7 +694,12 @@ def private_running_counts_stream(
     The keys are released by shards of ``keys_per_shard`` (``_release_stream``); the noise of
     (key, step) is a pure function of the generator and the key, so a micro-batch replayed after
     a crash releases exactly what it released before; with a replayable source and an idempotent
-    sink (Spark's file sink) no step is released twice or missed.
+    sink (Spark's file sink) no step is released twice or missed. A shard is one Python call per
+    micro-batch and the checkpoint keeps the shard size: with few keys, one shard per state
+    partition (``keys_per_shard`` = ⌈keys / ``spark.sql.shuffle.partitions``⌉, chosen before the
+    query first starts) saves a call's fixed cost per shard (docs/streaming.md). The key list and
+    the shard numbers are cached in the session (``DataFrame.cache``, a few MiB per 10⁵ keys), so
+    that a micro-batch's broadcast of them reads memory instead of converting the list again.
 
     ``generator`` must be the same at every restart of the query: a key file
     (``NoiseGenerator.from_key_file``), bound in the lineage registry to this query (``query``,
@@ -747,10 +752,10 @@ def private_running_counts_stream(
     spark = events.sparkSession
     shards = _shards(keys, keys_per_shard)
     _check_state_partitions(spark, len(shards))
-    key_table = _key_table(spark, keys, keys_per_shard)
+    key_table = _key_table(spark, keys, keys_per_shard).cache()
     table = _scheduled(events, key_table, **columns, through=horizon, calendar=calendar, only_key=keys[0])
     table = _stream_policy(table, invalid=invalid, max_value=max_value)
-    shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long")
+    shard_table = spark.createDataFrame([(shard,) for shard in range(len(shards))], "shard long").cache()
     ticks = clock.select(F.col("step").cast("long").alias("step")).crossJoin(F.broadcast(shard_table))
     if privacy_unit in USER_UNITS:  # the bounded events (key, step, value) get their shard again
         table = _bounded_users(table, settings=settings, keys=keys).join(
