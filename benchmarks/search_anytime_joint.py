@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/search_anytime_joint.py maxse                  # the shipped schedule, shares re-optimised
     .venv/bin/python benchmarks/search_anytime_joint.py maxse --totals 0-3     # a joint total over segments 0 … 3 too
     .venv/bin/python benchmarks/search_anytime_joint.py meanse --lengths --budget 1800   # local search
+    .venv/bin/python benchmarks/search_anytime_joint.py meanse --lengths --wide --start S.json --shares …
+        # the wider moves: joint boundary + α moves, every shipped base, segments split or merged
     (--comparator-cache FILE.npz keeps the comparator, about 40 s at 2²⁴, for the next run)
 
 The construction (a generalisation of the two-release segments, docs/anytime.md): a schedule's
@@ -26,7 +28,9 @@ The shares φ are optimised (Nelder–Mead with restarts on the largest ratio ov
 of t, the set grown by the exact maximisers until its maximum is the maximum over every integer
 t); ``--lengths`` then runs a first-improvement local search (one boundary moved by 2 %, 6 % or
 15 % of its segment, one top α tilted by as much, one base replaced by k/2, 2k or the other
-metric's), the shares re-optimised for each move. With own totals only, the result is printed
+metric's), the shares re-optimised for each move; ``--wide`` moves more (``wide_neighbours``:
+boundaries by 0.5 % … 25 %, a boundary with its neighbour's top α, every shipped base, a segment
+split in two or two merged, own totals then on every listed segment but the last). With own totals only, the result is printed
 as scheme entries (θ in 1/1024, the best of rounding each share down or up; the inverse-variance
 weights in 2⁻¹⁶) with its largest MaxSE and MeanSE ratios over every integer t in
 [10³, ``--maximum``] from ``anytime.variances`` against ``bench_anytime.comparator``: the
@@ -247,6 +251,81 @@ def neighbours(layout: list[tuple]):
                 yield trial
 
 
+def wide_neighbours(layout: list[tuple], seed: int):
+    """``--wide`` local moves, each class shuffled (``seed``), small moves first: one boundary moved
+    by 0.5 % … 25 % of its segment; a boundary moved together with the top α of the segment before
+    or after it (±2 %, ±5 %); one top α tilted by 1 % … 15 %; one base replaced by every shipped
+    base (its α's planned, or the same top α kept); one segment split in two (same base) or two
+    neighbours merged (the first one's base): other segment counts in the middle of the range."""
+    from pure_dp_mf.mechanisms.lift import dyadic
+
+    rng = np.random.default_rng(seed)
+    names = sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+
+    def top_of(base: str, length: int, top) -> float | None:
+        plan = anytime._profile_family(base).plan(n=length, exact_sensitivity=False, top_alpha=top)
+        return None if plan.levels < 2 else float(plan.alphas_exact[-1])
+
+    def moved(trial: list[tuple], s: int, fraction: float) -> list[tuple] | None:
+        d = int(trial[s][1] * fraction)
+        if not d or trial[s][1] + d <= 0 or trial[s + 1][1] - d <= 0:
+            return None
+        trial = list(trial)
+        trial[s] = (trial[s][0], trial[s][1] + d, trial[s][2])
+        trial[s + 1] = (trial[s + 1][0], trial[s + 1][1] - d, trial[s + 1][2])
+        return trial
+
+    def tilted(trial: list[tuple], s: int, fraction: float) -> list[tuple] | None:
+        base, length, top = trial[s]
+        alpha = top_of(base, length, top)
+        if alpha is None:
+            return None
+        trial = list(trial)
+        trial[s] = (base, length, dyadic(alpha * (1 + fraction)))
+        return trial
+
+    def shuffled(items: list) -> list:
+        return [items[i] for i in rng.permutation(len(items))]
+
+    last = len(layout) - 1
+    for fractions in ((0.005, -0.005, 0.01, -0.01), (0.03, -0.03), (0.08, -0.08), (0.15, -0.15, 0.25, -0.25)):
+        moves = [("b", s, f) for s in range(last) for f in fractions]
+        moves += [("a", s, f / 2) for s in range(len(layout)) for f in fractions if abs(f) <= 0.3]
+        for kind, s, f in shuffled(moves):
+            trial = moved(layout, s, f) if kind == "b" else tilted(layout, s, f)
+            if trial is not None:
+                yield trial
+    joint = [
+        (s, side, f, g)
+        for s in range(last)
+        for side in (0, 1)
+        for f in (0.02, -0.02, 0.05, -0.05)
+        for g in (0.02, -0.02, 0.05, -0.05)
+    ]
+    for s, side, f, g in shuffled(joint):
+        trial = moved(layout, s, f)
+        if trial is not None:
+            trial = tilted(trial, s + side, g)
+            if trial is not None:
+                yield trial
+    swaps = [(s, other, keep) for s in range(len(layout)) for other in names for keep in (False, True)]
+    for s, other, keep in shuffled(swaps):
+        base, length, top = layout[s]
+        if other == base:
+            continue
+        trial = list(layout)
+        alpha = top_of(base, length, top) if keep else None
+        trial[s] = (other, length, None if alpha is None else dyadic(alpha))
+        yield trial
+    for s in shuffled(list(range(last))):
+        for f in (0.3, 0.5, 0.7):
+            base, length, _ = layout[s]
+            head = int(length * f)
+            yield [*layout[:s], (base, head, None), (base, length - head, None), *layout[s + 1 :]]
+        if s + 1 < last:
+            yield [*layout[:s], (layout[s][0], layout[s][1] + layout[s + 1][1], None), *layout[s + 2 :]]
+
+
 def parse_totals(text: str) -> list[tuple[int, int]]:
     out = []
     for item in filter(None, text.split(",")):
@@ -299,6 +378,8 @@ def main() -> None:
     parser.add_argument("--start", default=None, help="a JSON file: a list of scheme entries (anytime.json's form) to start from")
     parser.add_argument("--shares", default=None, help="starting shares, one per total (own first), comma separated")
     parser.add_argument("--budget", type=float, default=1200, help="seconds for the local search")
+    parser.add_argument("--wide", action="store_true", help="with --lengths: the wider move set (wide_neighbours)")
+    parser.add_argument("--seed", type=int, default=0, help="the order of the --wide moves within each class")
     parser.add_argument("--comparator-cache", default=None, help="a .npz of (best_max, best_mean) to reuse")
     arguments = parser.parse_args()
     started = time.perf_counter()
@@ -337,15 +418,23 @@ def main() -> None:
         improved = True
         while improved and time.perf_counter() < deadline:
             improved = False
-            for trial in neighbours(layout):
+            moves = wide_neighbours(layout, arguments.seed) if arguments.wide else neighbours(layout)
+            for trial in moves:
                 if time.perf_counter() > deadline:
                     break
                 candidate = Segments(trial, arguments.maximum)
+                trial_totals, trial_phi = totals, phi
                 if candidate.count != segments.count:
-                    continue
-                p, v, w = evaluator.optimise(candidate, totals, phi, rounds=2)
+                    if not arguments.wide or arguments.totals:
+                        continue
+                    # another segment count (--wide): own totals on every listed segment but the last
+                    trial_totals = [(s, s) for s in range(candidate.count - 1)]
+                    trial_phi = np.resize(np.append(phi, 0.0), len(trial_totals))
+                p, v, w = evaluator.optimise(candidate, trial_totals, trial_phi, rounds=2)
                 if v < value - 1e-5:
                     value, layout, phi, segments, where = v, trial, p, candidate, w
+                    totals = trial_totals
+                    own = [i for i, j in totals if i == j]
                     improved = True
                     print(f"  {value:.4f} at t = {where}: {describe(layout)} shares {np.round(phi, 4).tolist()}", flush=True)
                     break
