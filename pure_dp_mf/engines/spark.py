@@ -694,12 +694,9 @@ def private_running_counts_stream(
     The keys are released by shards of ``keys_per_shard`` (``_release_stream``); the noise of
     (key, step) is a pure function of the generator and the key, so a micro-batch replayed after
     a crash releases exactly what it released before; with a replayable source and an idempotent
-    sink (Spark's file sink) no step is released twice or missed. A shard is one Python call per
-    micro-batch and the checkpoint keeps the shard size: with few keys, one shard per state
-    partition (``keys_per_shard`` = ⌈keys / ``spark.sql.shuffle.partitions``⌉, chosen before the
-    query first starts) saves a call's fixed cost per shard (docs/streaming.md). The key list and
-    the shard numbers are cached in the session (``DataFrame.cache``, a few MiB per 10⁵ keys), so
-    that a micro-batch's broadcast of them reads memory instead of converting the list again.
+    sink (Spark's file sink) no step is released twice or missed. The key list and the shard
+    numbers are cached in the session (``DataFrame.cache``, a few MiB per 10⁵ keys), so that a
+    micro-batch's broadcast of them reads memory instead of converting the list again.
 
     ``generator`` must be the same at every restart of the query: a key file
     (``NoiseGenerator.from_key_file``), bound in the lineage registry to this query (``query``,
