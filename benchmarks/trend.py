@@ -20,13 +20,12 @@ land; it proves nothing. The certificate values it prints are the exact claims r
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
+from pure_dp_mf.certificates.certify import Certificate
 from pure_dp_mf.reports.figures import round_up
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,13 +36,11 @@ def certified(metric: str, folder: Path = ROOT / "certificates") -> list[dict]:
     """(k, c, lifted constant) of every shipped certificate of ``metric``, exact, by k."""
     rows = []
     for path in sorted(folder.glob(f"k*_{metric}.json")):
-        claims = json.loads(path.read_text())["claims"]
-
-        def exact(name: str) -> Fraction:
-            return Fraction(int(claims[name]["numerator"]), int(claims[name]["denominator"]))
-
-        k = int(path.stem.split("_")[0][1:])
-        rows.append({"k": k, "c": exact(CLAIM[metric]), "lifted": exact("lifted_constant"), "file": path.name})
+        certificate = Certificate.read(path)
+        claims = certificate.claims
+        rows.append(
+            {"k": certificate.n, "c": claims[CLAIM[metric]].value, "lifted": claims["lifted_constant"].value, "file": path.name}
+        )
     return sorted(rows, key=lambda row: row["k"])
 
 
