@@ -1,7 +1,9 @@
 """``pure-dp-mf plan``: the ε that meets an accuracy target at a step, or the accuracy an ε gives
 (``engines.accuracy``: the error bars that ``count`` then reports).
 
-Thin: parses, calls ``accuracy.plan``, prints a short table or JSON."""
+Thin: parses the flags into one ``CountSpec`` (``engines.spec``, checked as it is made; the
+count ``count`` runs for the same flags), calls ``accuracy.plan`` once, prints a short table or
+JSON."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import typer
 from pure_dp_mf.cli.app import app, error_console, print_json, print_table
 from pure_dp_mf.engines.accuracy import Plan
 from pure_dp_mf.engines.accuracy import plan as plan_accuracy
+from pure_dp_mf.engines.spec import CountSpec
+from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.validation import UNIT_EPSILON
 
 # The options of ``plan``, in the order of its signature (and of --help).
 _STEP = typer.Option(..., "--step", help="the 1-based step t whose release is planned")
@@ -28,11 +33,14 @@ _MECHANISM = typer.Option(
     "auto", "--mechanism", help="auto (as count chooses), lifted, or a tree: binary, kary, …; anytime without --horizon"
 )
 _BASE = typer.Option(None, "--base", exists=True, dir_okay=False, help="base factorization file to lift (as count --base)")
+_CERTIFICATE = typer.Option(
+    None, "--certificate", exists=True, dir_okay=False, help="certificate of the base to count with (as count --certificate)"
+)
 _PRIVACY_UNIT = typer.Option(
     "step",
     "--privacy-unit",
-    help="what ε protects: step (a step's value ≤ m), event (one event ≤ m, keyed counts), "
-    "user-step (a user's K keys at one step), user (a user's K keys × C steps, keyed counts)",
+    help="what ε protects: step (a step's value ≤ m, one value per line), event (one event ≤ m), "
+    "user-step (a user's K keys at one step), user (a user's K keys × C steps); all but step count event rows",
 )
 _MAX_VALUE = typer.Option(1, "--max-value", help="m: the largest value of a step (step), an event, or a user's key at a step")
 _MAX_KEYS = typer.Option(None, "--max-keys", help="user-step, user: K, keys a user contributes to (default 1)")
@@ -51,6 +59,7 @@ def plan(
     metric: str = _METRIC,
     mechanism: str = _MECHANISM,
     base: Path = _BASE,
+    certificate: Path = _CERTIFICATE,
     privacy_unit: str = _PRIVACY_UNIT,
     max_value: int = _MAX_VALUE,
     max_keys: int = _MAX_KEYS,
@@ -59,23 +68,29 @@ def plan(
 ) -> None:
     """The smallest ε for a target std or interval half-width at a step, or the std and interval an ε gives there.
 
-    The numbers are those count then reports for that step (docs/planning.md). An ε above 10 is
-    answered with one warning line on stderr (and "warning" in --json)."""
-    planned = plan_accuracy(
-        step=step,
+    The numbers are those count then reports for that step, and plan refuses what count refuses
+    for the same flags (docs/planning.md). An ε above 10 is answered with one warning line on stderr (and "warning" in --json)."""
+    given = [flag for flag, value in (("--epsilon", epsilon), ("--target-std", target_std)) if value is not None]
+    given += ["--target-half-width"] if target_half_width is not None else []
+    if len(given) != 1:
+        raise InvalidInputError(
+            f"give exactly one of --epsilon, --target-std, --target-half-width (got {', '.join(given) or 'none'})"
+        )
+    spec = CountSpec(  # with a target, ε = 1 stands in: the search does not use the spec's ε
+        epsilon=UNIT_EPSILON if epsilon is None else epsilon,
         horizon=horizon,
-        epsilon=epsilon,
-        target_std=target_std,
-        target_half_width=target_half_width,
-        beta=beta,
-        metric=metric,
         mechanism=mechanism,
+        metric=metric,
         base=base,
+        certificate=certificate,
         privacy_unit=privacy_unit,
         max_value=max_value,
         max_keys=max_keys,
         max_per_key=max_per_key,
+        beta=beta,
+        rows=privacy_unit != "step",  # as count runs them: every unit but step counts event rows
     )
+    planned = plan_accuracy(spec=spec, step=step, target_std=target_std, target_half_width=target_half_width)
     if planned.warning is not None:  # a public number: ε, said on stderr, once
         error_console.print(f"warning: {planned.warning}", markup=False, highlight=False, soft_wrap=True)
     if as_json:

@@ -1,17 +1,22 @@
 """Accuracy planning for one private running counter: the ε that meets a target, or the error an ε gives.
 
-Two questions about the release at step t of a counter of horizon n (or of the anytime counter,
-``anytime.py``, without a horizon), for a privacy unit with its contribution bounds:
+Two questions about the release at step t of one count, given as the project's one count spec
+(``engines.spec.CountSpec``: the horizon n or none, the anytime counter of ``anytime.py``; the
+mechanism, metric, base or certificate; the privacy unit and its bounds; β):
 
 * ``plan_epsilon``: the smallest ε whose release at step t has noise standard deviation ≤ s, or
-  a guaranteed (1 − β) interval of half-width ≤ w;
-* ``accuracy``: the standard deviation and the half-width that ε gives at step t.
+  a guaranteed (1 − β) interval of half-width ≤ w (every option of the spec but its ε);
+* ``accuracy``: the standard deviation and the half-width that the spec's ε gives at step t;
+* ``plan``: the one of the two that ``pure-dp-mf plan`` asks.
 
-Every number is read from the engine that releases, never derived beside it: a counter is built
-for ε without a state and without releasing anything, and its error bars at step t are the ones
-``Counter``, ``count`` and keyed counts attach to the release of step t (``ContinualCounter.bars``,
-``KeyedCounters.bars``, both ``release.error_bars``). The mechanism is chosen as ``count`` chooses
-it and built once; only the noise rates depend on ε.
+Every number is read from the engine that releases, never derived beside it: the engine ``count``
+runs for the spec is built for ε without its publication (no state, budget or ledger) and without
+releasing anything, and its error bars at step t are the ones ``Counter``, ``count`` and keyed
+counts attach to the release of step t (``ContinualCounter.bars``, ``KeyedCounters.bars``, both
+``release.error_bars``). ``count``'s route for the spec is one value per line (``Counter``) or,
+with ``spec.rows``, event rows (``KeyedCounters``, one stream or public keys); the mechanism is
+chosen as that route chooses it (``spec.resolve``; event rows: the best lifted base) and built
+once; only the noise rates depend on ε.
 
 **The math** (``release.error_bars``). The noise of step t is N_t = ⌊W_t + ½⌋, W_t = Σ a_i·Y_i,
 Y_i ~ DLap(λ_ℓ) on the lattice 2^-g ℤ with rates λ_ℓ = ε·2^-g·s_ℓ/Δ (``lattice.noise_rate``; Δ
@@ -38,35 +43,40 @@ target, and it is below (1 + tolerance)·ε_min, ε_min the least ε that meets 
 
 **Privacy units** (the sensitivity the noise is scaled to):
 
-* ``step``: one step's whole value, in [0, m]: Δ_step = m, Δ = m·‖R‖₁→₁ (``Counter``, ``count``);
+* ``step``: one step's whole value, in [0, m]: Δ_step = m, Δ = m·‖R‖₁→₁ (``Counter``, ``count``
+  on one value per line);
 * ``event``: one event of value ≤ m: it changes one key's input at one step by ≤ m, Δ = m·‖R‖₁→₁,
-  as keyed counts (``count --key-column``) run it: their counter, and their default mechanism
-  (the best lifted base for the horizon);
+  as event rows (``count --step-column``, ``--key-column``) run it: the keyed counter, and its
+  default mechanism (the best lifted base for the horizon);
 * ``user-step``: one user's events within one step, K keys each clipped to m: Δ_step = K·m at one
-  step (the single counter with m replaced by K·m);
+  step, the keyed counter of event rows (K = 1 by default for one stream);
 * ``user``: one user over the whole stream, K keys, C steps per key, m per step:
   Δ = K·m·(sum of the C largest column ℓ1 norms of R) (``keyed.user_sensitivity``), read from the
   keyed counter with ``privacy_unit="user"``; without a horizon each anytime segment is scaled to
   K·m·C times its own ‖R‖₁→₁, as the keyed engine does.
 
-Arguments are checked first; an ``InvalidInputError`` names the command-line flag.
+**Checks.** The spec checked its options when it was made; a plan adds, in one place
+(``_check``), what ``count``'s route refuses (``CountSpec.check_route``), the options whose
+error bars it does not describe (``--extend``, ``--dimension``, ``--monotone``, ``--band
+simultaneous``), the step in 1 … n and the anytime ε floor; the mechanism is then refused or
+resolved by the engine as in ``count``. So ``plan`` refuses what ``count`` refuses for the same
+options, with the same ``InvalidInputError`` naming the command-line flag. What does not change
+the error bars of a step (the publication, the calendar and schedule, the invalid policy, the
+other keys) is not used.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from pure_dp_mf.engines.keyed import check_privacy_unit
+from pure_dp_mf.engines.keys import SINGLE_KEY
+from pure_dp_mf.engines.spec import USER_UNITS, CountSpec, Publication, resolve
 from pure_dp_mf.errors import InvalidInputError
-from pure_dp_mf.factorizations.factorization import METRICS
-from pure_dp_mf.mechanisms import trees
-from pure_dp_mf.validation import LARGEST_STEP, check_beta, check_epsilon, check_positive, check_size
+from pure_dp_mf.validation import LARGEST_STEP, check_positive, check_size
 
 EPSILON_RANGE = (1e-6, 1e6)
 """The ε the search considers (a known horizon)."""
@@ -122,136 +132,49 @@ class Plan:
         return {**asdict(self), "warning": self.warning}
 
 
-@dataclass(frozen=True)
-class _Setting:
-    """Everything a plan depends on but ε (checked)."""
-
-    step: int
-    horizon: int | None
-    beta: float
-    metric: str
-    mechanism: str
-    base: str | None
-    privacy_unit: str
-    max_value: int
-    max_keys: int | None
-    max_per_key: int | None
-
-    @property
-    def step_sensitivity(self) -> int:
-        """Δ_step: what the unit changes one step by (for ``user`` without a horizon: K·m·C)."""
-        if self.privacy_unit in ("step", "event"):
-            return self.max_value
-        assert self.max_keys is not None
-        if self.privacy_unit == "user" and self.horizon is None:
-            assert self.max_per_key is not None
-            return self.max_keys * self.max_value * self.max_per_key
-        return self.max_keys * self.max_value
-
-    @property
-    def lowest_epsilon(self) -> float:
-        if self.horizon is None:
-            return max(EPSILON_RANGE[0], self.step_sensitivity / ANYTIME_SCALE_LIMIT)
-        return EPSILON_RANGE[0]
-
-
 def plan(
     *,
+    spec: CountSpec,
     step: int,
-    horizon: int | None = None,
-    epsilon: float | None = None,
     target_std: float | None = None,
     target_half_width: float | None = None,
-    **options: Any,
+    tolerance: float = RELATIVE_TOLERANCE,
 ) -> Plan:
-    """``accuracy`` for a given ``epsilon``, else ``plan_epsilon`` for the one target given
-    (exactly one of the three); ``options`` are theirs."""
-    given = [name for name, value in (("--epsilon", epsilon), ("--target-std", target_std)) if value is not None]
-    given += ["--target-half-width"] if target_half_width is not None else []
-    if len(given) != 1:
-        raise InvalidInputError(
-            f"give exactly one of --epsilon, --target-std, --target-half-width (got {', '.join(given) or 'none'})"
-        )
-    if epsilon is not None:
-        return accuracy(epsilon=epsilon, step=step, horizon=horizon, **options)
-    return plan_epsilon(step=step, horizon=horizon, target_std=target_std, target_half_width=target_half_width, **options)
+    """The question ``pure-dp-mf plan`` asks: ``accuracy`` at ``spec.epsilon`` when no target is
+    given, else ``plan_epsilon`` for the target given (there ``spec.epsilon`` is not used)."""
+    if target_std is None and target_half_width is None:
+        return accuracy(spec=spec, step=step)
+    return plan_epsilon(spec=spec, step=step, target_std=target_std, target_half_width=target_half_width, tolerance=tolerance)
 
 
-def accuracy(
-    *,
-    epsilon: float,
-    step: int,
-    horizon: int | None = None,
-    beta: float = 0.05,
-    metric: str = "maxse",
-    mechanism: str = "auto",
-    base: str | os.PathLike | None = None,
-    privacy_unit: str = "step",
-    max_value: int = 1,
-    max_keys: int | None = None,
-    max_per_key: int | None = None,
-) -> Plan:
+def accuracy(*, spec: CountSpec, step: int) -> Plan:
     """The noise std and the guaranteed (1 − β) half-width of the release at 1-based ``step`` of
-    the counter that ``count`` runs for ``epsilon``, ``horizon`` (None: the anytime counter),
-    ``metric``, ``mechanism`` ("auto", "lifted", a tree; "anytime" without a horizon) or ``base``,
-    and the privacy unit with its bounds (module docstring): the numbers that counter reports."""
-    setting = _setting(
-        step=step,
-        horizon=horizon,
-        beta=beta,
-        metric=metric,
-        mechanism=mechanism,
-        base=base,
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-    )
-    epsilon = check_epsilon(epsilon, name="--epsilon")
-    if setting.horizon is None and epsilon < setting.lowest_epsilon:
-        raise InvalidInputError(
-            f"--epsilon must be at least {setting.lowest_epsilon:g} without --horizon (Δ_step/ε at most "
-            f"{ANYTIME_SCALE_LIMIT:g}: below it the anytime counter's exact release runs in rational arithmetic)"
-        )
-    return _plan_at(setting, epsilon)
+    the count ``spec`` describes, at ``spec.epsilon`` (module docstring): the numbers its engine
+    reports for that step. The spec's route is ``count``'s: one value per line (``Counter``)
+    unless ``spec.rows`` (event rows, ``KeyedCounters``; every unit but "step" is counted so)."""
+    _check(spec, step=step, epsilon=spec.epsilon)
+    return _plan_at(spec, step=step)[0]
 
 
 def plan_epsilon(
     *,
+    spec: CountSpec,
     step: int,
-    horizon: int | None = None,
     target_std: float | None = None,
     target_half_width: float | None = None,
-    beta: float = 0.05,
-    metric: str = "maxse",
-    mechanism: str = "auto",
-    base: str | os.PathLike | None = None,
-    privacy_unit: str = "step",
-    max_value: int = 1,
-    max_keys: int | None = None,
-    max_per_key: int | None = None,
     tolerance: float = RELATIVE_TOLERANCE,
 ) -> Plan:
     """The smallest ε (to ``tolerance`` relative, module docstring) whose release at 1-based
-    ``step`` has std ≤ ``target_std``, or guaranteed (1 − β) half-width ≤ ``target_half_width``
-    (exactly one), for the counter ``accuracy`` describes; the plan's std and half-width are those
-    of the returned ε, which meets the target. Raises ``InvalidInputError`` for a target no ε in
+    ``step`` of the count ``spec`` describes has std ≤ ``target_std``, or guaranteed (1 − β)
+    half-width ≤ ``target_half_width`` (exactly one); the plan's std and half-width are those of
+    the returned ε, which meets the target. Every option of ``spec`` counts but its ε:
+    ``spec.epsilon`` is not used (the search starts from ε₁ = 1, or the anytime floor above it),
+    so any valid ε may stand in for it. Raises ``InvalidInputError`` for a target no ε in
     ``EPSILON_RANGE`` meets (a half-width below the lattice floor A_t + ½), or one that every ε
     there meets."""
     if (target_std is None) == (target_half_width is None):
         raise InvalidInputError("give exactly one of --target-std, --target-half-width")
-    setting = _setting(
-        step=step,
-        horizon=horizon,
-        beta=beta,
-        metric=metric,
-        mechanism=mechanism,
-        base=base,
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-    )
+    lowest = _check(spec, step=step, epsilon=None)
     tolerance = check_positive(tolerance, name="tolerance")
     if tolerance >= 1:
         raise InvalidInputError(f"tolerance must be below 1, got {tolerance}")
@@ -263,20 +186,16 @@ def plan_epsilon(
             check_positive(target_half_width, name="--target-half-width"),
             "half_width",
         )
+    mechanism = _plan_at(spec, step=step)[1]  # resolved once, by the engine, as ``count`` resolves it
     cache: dict[float, Plan] = {}
 
     def plan_at(epsilon: float) -> Plan:
         if epsilon not in cache:
-            cache[epsilon] = _plan_at(setting, epsilon)
+            cache[epsilon] = _plan_at(spec.replace(epsilon=epsilon), step=step, mechanism=mechanism)[0]
         return cache[epsilon]
 
     epsilon = _smallest_epsilon(
-        lambda e: getattr(plan_at(e), quantity),
-        target,
-        low=setting.lowest_epsilon,
-        high=EPSILON_RANGE[1],
-        tolerance=tolerance,
-        flag=flag,
+        lambda e: getattr(plan_at(e), quantity), target, low=lowest, high=EPSILON_RANGE[1], tolerance=tolerance, flag=flag
     )
     found = plan_at(epsilon)
     if getattr(found, quantity) > target:  # never: the search returns a checked ε
@@ -332,136 +251,83 @@ def _smallest_epsilon(
     return hi
 
 
-def _setting(
-    *,
-    step: int,
-    horizon: int | None,
-    beta: float,
-    metric: str,
-    mechanism: str,
-    base: str | os.PathLike | None,
-    privacy_unit: str,
-    max_value: int,
-    max_keys: int | None,
-    max_per_key: int | None,
-) -> _Setting:
-    """The arguments checked, one error naming the flag."""
-    horizon = None if horizon is None else check_size(horizon, name="--horizon")
+def _route(spec: CountSpec) -> str:
+    """The route of the parity table (``spec.ROUTES``) that ``count`` runs ``spec`` on: one value
+    per line, else event rows of one stream or of public keys."""
+    if not spec.rows:
+        return "cli-lines"
+    return "cli-rows" if spec.keys is None else "cli-keyed"
+
+
+def _check(spec: CountSpec, *, step: int, epsilon: float | None) -> float:
+    """The checks of a plan that ``CountSpec`` does not make, in one place: what ``count``'s route
+    refuses (``CountSpec.check_route``; the mechanism is then refused or resolved as ``count``
+    resolves it), the options whose error bars a plan does not describe, ``step`` in 1 … n, and
+    without a horizon the given ``epsilon`` (None: the search's) at least the lowest ε the
+    planner considers (``ANYTIME_SCALE_LIMIT``), which is returned."""
+    spec.check_route(_route(spec))
+    for refused, why in (
+        (spec.extend, "--extend: a plan is for steps 1 … n of the horizon, or for the anytime counter (no --horizon)"),
+        (spec.dimension != 1, "--dimension: a plan is for one count per step"),
+        (spec.monotone, "--monotone: a plan is for the counts as released, before the monotone fit"),
+        (spec.band != "step", "--band simultaneous: a plan is for one step's interval at 1 − β (--beta)"),
+    ):
+        if refused:
+            raise InvalidInputError(why)
     step = check_size(step, name="--step", maximum=LARGEST_STEP)
-    if horizon is not None and step > horizon:
-        raise InvalidInputError(f"--step must be in 1 … {horizon} (--horizon), got {step}")
-    check_beta(beta)
-    if metric not in METRICS:
-        raise InvalidInputError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    check_privacy_unit(privacy_unit)
-    max_value = check_size(max_value, name="--max-value")
-    _check_mechanism(mechanism=mechanism, base=base, horizon=horizon, privacy_unit=privacy_unit)
-    if privacy_unit in ("user-step", "user"):
-        max_keys = 1 if max_keys is None else check_size(max_keys, name="--max-keys")
-    elif max_keys is not None:
-        raise InvalidInputError("--max-keys is for --privacy-unit user-step or user")
-    if privacy_unit == "user":
-        if max_per_key is None:
-            raise InvalidInputError("--privacy-unit user needs --max-per-key C (the steps kept per user and key)")
-        max_per_key = check_size(max_per_key, name="--max-per-key")
-    elif max_per_key is not None:
-        raise InvalidInputError("--max-per-key is for --privacy-unit user")
-    return _Setting(
-        step=step,
-        horizon=horizon,
-        beta=float(beta),
-        metric=metric,
-        mechanism=mechanism,
-        base=None if base is None else str(base),
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-    )
-
-
-def _check_mechanism(*, mechanism: str, base: str | os.PathLike | None, horizon: int | None, privacy_unit: str) -> None:
-    """The mechanism choices ``count`` accepts for this horizon and unit."""
-    if horizon is None:
-        if mechanism not in ("auto", "anytime"):
-            raise InvalidInputError(f"--mechanism {mechanism} needs --horizon: without one the counter runs the anytime schedule")
-        if base is not None:
-            raise InvalidInputError("--base needs --horizon: without one the counter runs the anytime schedule")
-        return
-    choices = ("auto", "lifted", *trees.MECHANISMS)
-    if mechanism not in choices:
+    if spec.horizon is not None and step > spec.horizon:
+        raise InvalidInputError(f"--step must be in 1 … {spec.horizon} (--horizon), got {step}")
+    if spec.horizon is not None:
+        return EPSILON_RANGE[0]
+    unit = spec.privacy_unit
+    keys = (spec.max_keys or 1) if unit in USER_UNITS else 1
+    per_key = (spec.max_per_key or 1) if unit == "user" else 1
+    lowest = max(EPSILON_RANGE[0], keys * spec.max_value * per_key / ANYTIME_SCALE_LIMIT)  # Δ_step/limit
+    if epsilon is not None and epsilon < lowest:
         raise InvalidInputError(
-            f"--mechanism must be one of {', '.join(choices)} (anytime: without --horizon), got {mechanism!r}"
+            f"--epsilon must be at least {lowest:g} without --horizon (Δ_step/ε at most "
+            f"{ANYTIME_SCALE_LIMIT:g}: below it the anytime counter's exact release runs in rational arithmetic)"
         )
-    if base is not None and mechanism not in ("auto", "lifted"):
-        raise InvalidInputError(f"--base runs a lifted base, not --mechanism {mechanism}")
-    if privacy_unit in ("event", "user") and mechanism not in ("auto", "lifted"):
-        raise InvalidInputError(
-            f"--privacy-unit {privacy_unit} is counted per key (count --key-column) with lifted bases, not --mechanism {mechanism}"
-        )
+    return lowest
 
 
-@functools.lru_cache(maxsize=8)
-def _mechanism(*, horizon: int | None, metric: str, mechanism: str, base: str | None, keyed: bool):
-    """The mechanism ``count`` runs (built once per process and choice): without a horizon the
-    anytime schedule; a ``base`` lifted to the horizon; else the planner's choice, where "auto"
-    is for keyed counts the best lifted base (their default). The planner's ranking does not
-    depend on ε (every row's errors scale as 1/ε²), so it is chosen at ε = 1."""
-    from pure_dp_mf.mechanisms.resolve import resolve_mechanism
-
-    if horizon is None:
-        return resolve_mechanism(horizon=None, metric=metric).mechanism
-    return resolve_mechanism(horizon=horizon, metric=metric, mechanism=mechanism, base=base, keyed=keyed).mechanism
-
-
-def _plan_at(setting: _Setting, epsilon: float) -> Plan:
-    """The plan of ``epsilon``: the error bars of ``setting.step`` read from a counter built for
-    it (no state; nothing is released, its generator is a fresh secure one and is dropped)."""
+def _plan_at(spec: CountSpec, *, step: int, mechanism: Any = None) -> tuple[Plan, Any]:
+    """The plan of ``spec.epsilon`` and the mechanism it ran: the error bars of ``step`` read
+    from the engine ``count`` runs for ``spec`` (``mechanism``: the one resolved for it; None: the
+    engine resolves it as ``count`` does), built without the spec's publication (no state, no
+    budget, no ledger; nothing is released; its generator is a fresh secure one, dropped) and for
+    event rows with one key (every key's error bars are the same)."""
     from pure_dp_mf.engines.continual import ContinualCounter
     from pure_dp_mf.engines.generator import NoiseGenerator
     from pure_dp_mf.engines.keyed import KeyedCounters
 
-    keyed = setting.privacy_unit in ("event", "user")
-    mechanism = _mechanism(
-        horizon=setting.horizon, metric=setting.metric, mechanism=setting.mechanism, base=setting.base, keyed=keyed
-    )
+    quiet = spec.replace(publication=Publication())
     sensitivity: float | None
-    if keyed:
-        user = setting.privacy_unit == "user"
-        counters = KeyedCounters(
-            keys=["planned key"],
-            epsilon=epsilon,
-            horizon=setting.horizon,
-            mechanism=mechanism,
-            metric=setting.metric,
-            max_value=setting.max_value,
-            privacy_unit=setting.privacy_unit,
-            max_keys=setting.max_keys if user else None,
-            max_per_key=setting.max_per_key if user else None,
-            generator=NoiseGenerator.secure(),
-        )
-        bars = counters.bars(setting.step - 1, setting.step, beta=setting.beta)
-        sensitivity = None if setting.horizon is None else float(counters.sensitivity)
-        name = counters.mechanism.name
+    if spec.rows:
+        counters = KeyedCounters.from_spec(quiet.replace(keys=(spec.keys or (SINGLE_KEY,))[:1]), mechanism=mechanism)
+        bars = counters.bars(step - 1, step, beta=spec.beta)
+        sensitivity = None if spec.horizon is None else float(counters.sensitivity)
+        engine: Any = counters
     else:
-        counter = ContinualCounter(
-            epsilon=epsilon, mechanism=mechanism, max_value=setting.step_sensitivity, generator=NoiseGenerator.secure()
+        chosen = resolve(quiet).mechanism if mechanism is None else mechanism
+        engine = ContinualCounter(
+            epsilon=spec.epsilon, mechanism=chosen, max_value=spec.max_value, generator=NoiseGenerator.secure()
         )
-        bars = counter.bars(setting.step - 1, setting.step, beta=setting.beta)
-        sensitivity = None if counter.sensitivity is None else float(counter.step_sensitivity * counter.sensitivity)
-        name = counter.mechanism.name
-    return Plan(
-        epsilon=float(epsilon),
-        step=setting.step,
+        bars = engine.bars(step - 1, step, beta=spec.beta)
+        sensitivity = None if engine.sensitivity is None else float(engine.step_sensitivity * engine.sensitivity)
+    plan = Plan(
+        epsilon=float(spec.epsilon),
+        step=step,
         std=float(bars.std[0]),
         half_width=float(bars.half_width[0]),
-        beta=setting.beta,
-        mechanism=name,
-        privacy_unit=setting.privacy_unit,
+        beta=spec.beta,
+        mechanism=engine.mechanism.name,
+        privacy_unit=str(spec.privacy_unit),
         sensitivity=sensitivity,
-        horizon=setting.horizon,
-        metric=setting.metric,
-        max_value=setting.max_value,
-        max_keys=setting.max_keys,
-        max_per_key=setting.max_per_key,
+        horizon=spec.horizon,
+        metric=spec.metric,
+        max_value=spec.max_value,
+        max_keys=getattr(engine, "max_keys", None) if spec.privacy_unit in USER_UNITS else None,
+        max_per_key=spec.max_per_key if spec.privacy_unit == "user" else None,
     )
+    return plan, engine.mechanism

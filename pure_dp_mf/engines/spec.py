@@ -47,6 +47,7 @@ from typing import Any
 from pure_dp_mf.engines.calendar import Calendar
 from pure_dp_mf.engines.generator import NoiseGenerator
 from pure_dp_mf.errors import InvalidInputError
+from pure_dp_mf.mechanisms import trees
 from pure_dp_mf.validation import Epsilon, check_beta, check_epsilon, check_size
 
 PRIVACY_UNITS = ("step", "event", "user-step", "user")
@@ -54,6 +55,9 @@ USER_UNITS = ("user-step", "user")
 BANDS = ("step", "simultaneous")
 INVALID_POLICIES = ("refuse", "zero", "clamp", "stop")
 METRICS = ("maxse", "meanse")
+MECHANISMS = ("auto", "lifted", "anytime", *trees.MECHANISMS)
+"""What ``mechanism`` may name: the planner's choice, a lifted base, the anytime schedule (no
+horizon), or a tree (``mechanisms.resolve`` says which the horizon allows)."""
 RELEASED_EVENTS = ("refuse", "set-aside")
 """What a resumed run of event rows does with events of steps already released (``engines.partitions``)."""
 MAX_DIMENSION = 1 << 20
@@ -257,6 +261,7 @@ class CountSpec:
         _one_of(self.invalid, INVALID_POLICIES, flag="--invalid")
         check_released_events(self.released_events)
         _one_of(self.metric, METRICS, flag="--metric")
+        _one_of(self.mechanism, MECHANISMS, flag="--mechanism")
         if self.base is not None and self.certificate is not None:
             raise InvalidInputError("give a base or a certificate, not both (a certificate names its base)")
         if (self.base is not None or self.certificate is not None) and self.mechanism not in ("auto", "lifted"):
