@@ -46,10 +46,13 @@ _MAX_VALUE = typer.Option(1, "--max-value", help="m: the largest value of a step
 _MAX_KEYS = typer.Option(None, "--max-keys", help="user-step, user: K, keys a user contributes to (default 1)")
 _MAX_PER_KEY = typer.Option(None, "--max-per-key", help="user: C, steps a user contributes to per key")
 _JSON = typer.Option(False, "--json", help="print JSON instead of a table")
+_NOT_SPEC = ("step", "epsilon", "target_std", "target_half_width", "as_json")
+"""The parameters of ``plan`` that are not ``CountSpec`` fields: the question and the output."""
 
 
 @app.command()
 def plan(
+    context: typer.Context,
     step: int = _STEP,
     horizon: int = _HORIZON,
     epsilon: float = _EPSILON,
@@ -69,27 +72,18 @@ def plan(
     """The smallest ε for a target std or interval half-width at a step, or the std and interval an ε gives there.
 
     The numbers are those count then reports for that step, and plan refuses what count refuses
-    for the same flags (docs/planning.md). An ε above 10 is answered with one warning line on stderr (and "warning" in --json)."""
+    for the same flags (docs/planning.md). An ε above 10 is answered with one warning line on
+    stderr (and "warning" in --json)."""
     given = [flag for flag, value in (("--epsilon", epsilon), ("--target-std", target_std)) if value is not None]
     given += ["--target-half-width"] if target_half_width is not None else []
     if len(given) != 1:
         raise InvalidInputError(
             f"give exactly one of --epsilon, --target-std, --target-half-width (got {', '.join(given) or 'none'})"
         )
-    spec = CountSpec(  # with a target, ε = 1 stands in: the search does not use the spec's ε
-        epsilon=UNIT_EPSILON if epsilon is None else epsilon,
-        horizon=horizon,
-        mechanism=mechanism,
-        metric=metric,
-        base=base,
-        certificate=certificate,
-        privacy_unit=privacy_unit,
-        max_value=max_value,
-        max_keys=max_keys,
-        max_per_key=max_per_key,
-        beta=beta,
-        rows=privacy_unit != "step",  # as count runs them: every unit but step counts event rows
-    )
+    # the flags after --target-half-width are count's, named as CountSpec's fields; with a target,
+    # ε = 1 stands in (the search does not use the spec's ε); every unit but step counts event rows
+    options = {name: value for name, value in context.params.items() if name not in _NOT_SPEC}
+    spec = CountSpec(epsilon=UNIT_EPSILON if epsilon is None else epsilon, rows=privacy_unit != "step", **options)
     planned = plan_accuracy(spec=spec, step=step, target_std=target_std, target_half_width=target_half_width)
     if planned.warning is not None:  # a public number: ε, said on stderr, once
         error_console.print(f"warning: {planned.warning}", markup=False, highlight=False, soft_wrap=True)

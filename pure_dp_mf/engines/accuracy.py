@@ -132,19 +132,13 @@ class Plan:
         return {**asdict(self), "warning": self.warning}
 
 
-def plan(
-    *,
-    spec: CountSpec,
-    step: int,
-    target_std: float | None = None,
-    target_half_width: float | None = None,
-    tolerance: float = RELATIVE_TOLERANCE,
-) -> Plan:
+def plan(*, spec: CountSpec, step: int, target_std: float | None = None, target_half_width: float | None = None) -> Plan:
     """The question ``pure-dp-mf plan`` asks: ``accuracy`` at ``spec.epsilon`` when no target is
-    given, else ``plan_epsilon`` for the target given (there ``spec.epsilon`` is not used)."""
+    given, else ``plan_epsilon`` for the target given, to ``RELATIVE_TOLERANCE`` (there
+    ``spec.epsilon`` is not used)."""
     if target_std is None and target_half_width is None:
         return accuracy(spec=spec, step=step)
-    return plan_epsilon(spec=spec, step=step, target_std=target_std, target_half_width=target_half_width, tolerance=tolerance)
+    return plan_epsilon(spec=spec, step=step, target_std=target_std, target_half_width=target_half_width)
 
 
 def accuracy(*, spec: CountSpec, step: int) -> Plan:

@@ -2,7 +2,8 @@
 
 Every route that releases running counts builds a ``CountSpec`` and runs what it resolves to:
 the command ``count`` (one value per line, event rows, keyed), ``Counter``, ``KeyedCounters``,
-the DataFrame function, Spark batch and Spark streaming. The spec holds, as public options fixed
+the DataFrame function, Spark batch and Spark streaming; ``plan`` (``engines.accuracy``) plans the
+error of the count a spec describes. The spec holds, as public options fixed
 before any data is read:
 
 * the privacy budget ε and the **publication** (where the noise comes from: a fresh secure key,
