@@ -162,10 +162,10 @@ def plan_epsilon(
     ``step`` of the count ``spec`` describes has std ≤ ``target_std``, or guaranteed (1 − β)
     half-width ≤ ``target_half_width`` (exactly one); the plan's std and half-width are those of
     the returned ε, which meets the target. Every option of ``spec`` counts but its ε:
-    ``spec.epsilon`` is not used (the search starts from ε₁ = 1, or the anytime floor above it),
-    so any valid ε may stand in for it. Raises ``InvalidInputError`` for a target no ε in
-    ``EPSILON_RANGE`` meets (a half-width below the lattice floor A_t + ½), or one that every ε
-    there meets."""
+    ``spec.epsilon`` is not used (the search starts from ε₁ = 1, or the anytime floor where that
+    is above 1), so any valid ε may stand in for it. Raises ``InvalidInputError`` for a target no
+    ε in ``EPSILON_RANGE`` meets (a half-width below the lattice floor A_t + ½), or one that every
+    ε there meets."""
     if (target_std is None) == (target_half_width is None):
         raise InvalidInputError("give exactly one of --target-std, --target-half-width")
     lowest = _check(spec, step=step, epsilon=None)
@@ -180,8 +180,9 @@ def plan_epsilon(
             check_positive(target_half_width, name="--target-half-width"),
             "half_width",
         )
-    mechanism = _plan_at(spec, step=step)[1]  # resolved once, by the engine, as ``count`` resolves it
-    cache: dict[float, Plan] = {}
+    reference = min(max(1.0, lowest), EPSILON_RANGE[1])  # ε₁, the search's first ε
+    first, mechanism = _plan_at(spec.replace(epsilon=reference), step=step)  # resolved once, as ``count`` resolves it
+    cache: dict[float, Plan] = {reference: first}
 
     def plan_at(epsilon: float) -> Plan:
         if epsilon not in cache:
@@ -189,7 +190,13 @@ def plan_epsilon(
         return cache[epsilon]
 
     epsilon = _smallest_epsilon(
-        lambda e: getattr(plan_at(e), quantity), target, low=lowest, high=EPSILON_RANGE[1], tolerance=tolerance, flag=flag
+        lambda e: getattr(plan_at(e), quantity),
+        target,
+        reference=reference,
+        low=lowest,
+        high=EPSILON_RANGE[1],
+        tolerance=tolerance,
+        flag=flag,
     )
     found = plan_at(epsilon)
     if getattr(found, quantity) > target:  # never: the search returns a checked ε
@@ -200,10 +207,10 @@ def plan_epsilon(
 
 
 def _smallest_epsilon(
-    value_at: Callable[[float], float], target: float, *, low: float, high: float, tolerance: float, flag: str
+    value_at: Callable[[float], float], target: float, *, reference: float, low: float, high: float, tolerance: float, flag: str
 ) -> float:
-    """The search of the module docstring over [low, high] for a decreasing ``value_at``."""
-    reference = min(max(1.0, low), high)
+    """The search of the module docstring over [low, high] for a decreasing ``value_at``, from
+    ε₁ = ``reference``."""
     guess = min(max(reference * value_at(reference) / target, low), high)
     closeness = 1 + tolerance / 16  # the bracket's final ratio: room to round up within the tolerance
     factor = closeness
