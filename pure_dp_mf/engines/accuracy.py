@@ -280,10 +280,15 @@ def _check(spec: CountSpec, *, step: int, epsilon: float | None) -> float:
         raise InvalidInputError(f"--step must be in 1 … {spec.horizon} (--horizon), got {step}")
     if spec.horizon is not None:
         return EPSILON_RANGE[0]
-    unit = spec.privacy_unit
-    keys = (spec.max_keys or 1) if unit in USER_UNITS else 1
-    per_key = (spec.max_per_key or 1) if unit == "user" else 1
-    lowest = max(EPSILON_RANGE[0], keys * spec.max_value * per_key / ANYTIME_SCALE_LIMIT)  # Δ_step/limit
+    from pure_dp_mf.engines.keyed import step_sensitivity
+
+    delta_step = step_sensitivity(
+        privacy_unit=str(spec.privacy_unit),
+        max_value=spec.max_value,
+        max_keys=spec.max_keys or 1,
+        max_per_key=spec.max_per_key or 1,
+    )
+    lowest = max(EPSILON_RANGE[0], delta_step / ANYTIME_SCALE_LIMIT)
     if epsilon is not None and epsilon < lowest:
         raise InvalidInputError(
             f"--epsilon must be at least {lowest:g} without --horizon (Δ_step/ε at most "

@@ -133,6 +133,15 @@ def user_sensitivity(column_norms: Sequence[Fraction], *, max_keys: int, max_per
     return max_keys * max_value * sum(largest, Fraction(0))
 
 
+def step_sensitivity(*, privacy_unit: str, max_value: int, max_keys: int = 1, max_per_key: int = 1) -> int:
+    """Δ_step, what one unit changes one step by, the scale of an anytime segment's noise: m for
+    ``step`` and ``event``, K·m for ``user-step``, K·m·C for ``user`` (each segment at K·m·C times
+    its largest column norm, so the losses of a user's C steps per key add up to at most ε)."""
+    if privacy_unit in ("step", "event"):
+        return max_value
+    return max_keys * max_value * (max_per_key if privacy_unit == "user" else 1)
+
+
 @dataclass
 class ContributionBounder:
     """Online per-user contribution bounds: the first K keys of each user, the first C distinct
@@ -649,11 +658,13 @@ class KeyedCounters(_KeyedState):
             self.journal.update_header({name: value for name, value in self._header().items() if name in changed})
 
     def _step_sensitivity(self) -> int:
-        """Δ_step of an anytime segment for the privacy unit (``_bounds``): m, K·m, or K·m·C."""
-        unit, m = self.privacy_unit, self.max_value
-        if unit in ("step", "event"):
-            return m
-        return self.max_keys * m * (self.max_per_key if unit == "user" else 1)
+        """Δ_step of an anytime segment for the privacy unit (``_bounds``, ``step_sensitivity``)."""
+        return step_sensitivity(
+            privacy_unit=self.privacy_unit,
+            max_value=self.max_value,
+            max_keys=getattr(self, "max_keys", None) or 1,  # set by ``_bounds`` for the user units only
+            max_per_key=getattr(self, "max_per_key", None) or 1,
+        )
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
         """Error bars of steps start … stop − 1 (0-based), the same for every key (``_BarsAhead``)."""
