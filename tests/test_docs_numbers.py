@@ -77,7 +77,7 @@ def test_the_readmes_twelve_digit_constants_are_certificate_claims():
         (1024, "meanse", "leading_constant"): "0.0943985657317",
         (1024, "meanse", "lifted_constant"): "0.0709094189352",
         (2048, "maxse", "lifted_constant"): "0.0718491655802",
-        (2048, "meanse", "lifted_constant"): "0.0706517200255",
+        (2048, "meanse", "lifted_constant"): "0.0690324515116",
     }
     for (k, metric, name), printed in quoted.items():
         assert printed in text
