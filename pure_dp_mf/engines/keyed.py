@@ -478,6 +478,7 @@ class KeyedCounters(_KeyedState):
         K·m·(sum of the C largest column norms) of a lifted base (docs/privacy.md, "Keyed streams")."""
         unit, m = self.privacy_unit, self.max_value
         self.bounder = None
+        self.max_keys = self.max_per_key = 1  # K and C of the units that do not bound them
         if unit == "step":
             if len(self.keys) != 1:
                 raise InvalidInputError(
@@ -485,15 +486,15 @@ class KeyedCounters(_KeyedState):
                     "keyed counts protect an event, a user-step or a user"
                 )
             self.bounder = PerStepBounder(1, 1, m)
-            return m, None
+            return self._step_sensitivity(), None
         if unit == "event":
-            return m, None
+            return self._step_sensitivity(), None
         if unit == "user-step":
             if max_keys is None and len(self.keys) > 1:
                 raise InvalidInputError("--privacy-unit user-step with several keys needs --max-keys K (keys per user and step)")
             self.max_keys = check_size(1 if max_keys is None else max_keys, name="max_keys")
             self.bounder = PerStepBounder(self.max_keys, 1, m)
-            return self.max_keys * m, None
+            return self._step_sensitivity(), None
         if max_keys is None or max_per_key is None:
             raise InvalidInputError("--privacy-unit user needs --max-keys and --max-per-key")
         if self.mechanism.kind not in ("lifted", "anytime"):
@@ -502,7 +503,7 @@ class KeyedCounters(_KeyedState):
         self.max_per_key = check_size(max_per_key, name="max_per_key")
         self.bounder = ContributionBounder(self.max_keys, self.max_per_key, m)
         if anytime:  # each segment at K·m·C times its largest column norm: the losses add up to ε
-            return self.max_keys * m * self.max_per_key, None
+            return self._step_sensitivity(), None
         assert self.horizon is not None
         norms = _column_norms(self.mechanism, self.horizon)
         return m, user_sensitivity(norms, max_keys=self.max_keys, max_per_key=self.max_per_key, max_value=m)
@@ -525,7 +526,7 @@ class KeyedCounters(_KeyedState):
             "seeded": self.generator.seeded,
         }
         record["privacy_unit_meaning"] = UNIT_WORDS[self.privacy_unit].format(
-            m=self.max_value, K=getattr(self, "max_keys", 1), C=getattr(self, "max_per_key", 1)
+            m=self.max_value, K=self.max_keys, C=self.max_per_key
         )
         record["interval_meaning"] = INTERVAL_WORDS
         if getattr(self, "extended_from", None) is not None:
@@ -662,8 +663,8 @@ class KeyedCounters(_KeyedState):
         return step_sensitivity(
             privacy_unit=self.privacy_unit,
             max_value=self.max_value,
-            max_keys=getattr(self, "max_keys", None) or 1,  # set by ``_bounds`` for the user units only
-            max_per_key=getattr(self, "max_per_key", None) or 1,
+            max_keys=self.max_keys,  # 1 for the units that do not bound it (``_bounds``)
+            max_per_key=self.max_per_key,
         )
 
     def bars(self, start: int, stop: int, *, beta: float) -> ErrorBars:
