@@ -6,6 +6,9 @@
     .venv/bin/python benchmarks/search_anytime_joint.py meanse --lengths --wide --start S.json --shares …
         # the wider moves: joint boundary + α moves, every shipped base, segments split or merged
     (--comparator-cache FILE.npz keeps the comparator, about 40 s at 2²⁴, for the next run)
+    .venv/bin/python benchmarks/search_anytime_joint.py meanse --prefixes   # each counter over its own prefixes
+    .venv/bin/python benchmarks/search_anytime_joint.py meanse --what-if 0.9 [--what-if-segments 1,2]
+        # a hypothetical: counters 10 % better over their prefixes (never below the comparator)
 
 The construction (a generalisation of the two-release segments, docs/anytime.md): a schedule's
 segments (``--start``: scheme entries in ``anytime.json``'s form; the shipped scheme by default),
@@ -70,17 +73,35 @@ def _segment(base: str, length: int, top, count: int) -> tuple[np.ndarray, float
     return rows[:count], float(rows[-1]) if count == length else np.nan, 2 * delta * delta
 
 
-class Segments:
-    """The per-segment row sequences (independent of the shares) of a list of (base, length, top α)."""
+def what_if_rows(rho: np.ndarray, delta2: float, *, factor: float, best_mean: np.ndarray) -> np.ndarray:
+    """A hypothetical counter's ρ (``--what-if``): the shipped counter's summed variance over its
+    first u steps times ``factor``, but never below u·(the best MeanSE of a counter that knew
+    n = u), the comparator ``best_mean`` from n = LOW on (a counter cannot beat that over its
+    prefix of u steps; below LOW the factor alone). The final row, what it carries, is kept."""
+    cumulative = np.cumsum(rho) * delta2 * factor
+    u = np.arange(1, len(rho) + 1, dtype=np.float64)
+    known = min(len(rho), LOW - 1 + len(best_mean))
+    floor = np.zeros(len(rho))
+    floor[LOW - 1 : known] = u[LOW - 1 : known] * best_mean[: known - LOW + 1]
+    return np.diff(np.maximum(cumulative, floor), prepend=0.0) / delta2
 
-    def __init__(self, layout: list[tuple], maximum: int):
+
+class Segments:
+    """The per-segment row sequences (independent of the shares) of a list of (base, length, top α).
+
+    ``what_if`` (a hypothetical, ``--what-if``): (factor, the comparator's best MeanSE, the
+    segments it applies to or None for all); those counters' rows are ``what_if_rows``."""
+
+    def __init__(self, layout: list[tuple], maximum: int, *, what_if: tuple | None = None):
         self.layout, self.maximum = layout, maximum
         self.first, self.rho, self.end, self.delta2 = [], [], [], []
         b = 0
-        for base, length, top in layout:
+        for index, (base, length, top) in enumerate(layout):
             if b >= maximum:
                 break
             rho, end, delta2 = _segment(base, length, top, min(length, maximum - b))
+            if what_if is not None and (what_if[2] is None or index in what_if[2]):
+                rho = what_if_rows(rho, delta2, factor=what_if[0], best_mean=what_if[1])
             self.first.append(b)
             self.rho.append(rho)
             self.end.append(end)
@@ -326,6 +347,20 @@ def wide_neighbours(layout: list[tuple], seed: int):
             yield [*layout[:s], (layout[s][0], layout[s][1] + layout[s + 1][1], None), *layout[s + 2 :]]
 
 
+def print_prefixes(entries: list[dict], best_mean: np.ndarray) -> None:
+    """For each listed segment: its counter's MeanSE over its first u steps (ε = 1, the full ε)
+    over the best MeanSE of a counter that knew n = u, at u = 10³, 2·10³, 4·10³, … and its length."""
+    for entry in entries:
+        length = int(entry["length"])
+        top = None if entry.get("top_alpha") is None else Fraction(entry["top_alpha"])
+        rho, _, delta2 = _segment(entry["base"], length, top, length)
+        mean = np.cumsum(rho) * delta2 / np.arange(1, length + 1)
+        points = [u for u in (1000 * 2**e for e in range(40)) if u < length] + [length]
+        points = [u for u in points if LOW <= u < LOW + len(best_mean)]
+        cells = " ".join(f"{u}: {mean[u - 1] / best_mean[u - LOW]:.3f}" for u in points)
+        print(f"{entry['base']} × {length}: {cells}")
+
+
 def parse_totals(text: str) -> list[tuple[int, int]]:
     out = []
     for item in filter(None, text.split(",")):
@@ -381,7 +416,22 @@ def main() -> None:
     parser.add_argument("--wide", action="store_true", help="with --lengths: the wider move set (wide_neighbours)")
     parser.add_argument("--seed", type=int, default=0, help="the order of the --wide moves within each class")
     parser.add_argument("--comparator-cache", default=None, help="a .npz of (best_max, best_mean) to reuse")
+    parser.add_argument(
+        "--what-if",
+        type=float,
+        default=None,
+        help="MeanSE, a hypothetical: each counter's summed variance over its first u steps times this factor, "
+        "never below the best counter that knew n = u, final rows kept; the shares optimised, nothing shipped",
+    )
+    parser.add_argument("--what-if-segments", default=None, help="with --what-if: only these listed segments (0,1,…)")
+    parser.add_argument(
+        "--prefixes",
+        action="store_true",
+        help="print each listed segment's counter's MeanSE over its first u steps over the best MeanSE at n = u, and stop",
+    )
     arguments = parser.parse_args()
+    if arguments.what_if is not None and (arguments.metric != "meanse" or not 0 <= arguments.what_if <= 1):
+        parser.error("--what-if takes a factor in [0, 1] and the metric meanse")
     started = time.perf_counter()
     if arguments.comparator_cache and Path(arguments.comparator_cache).is_file():
         cached = np.load(arguments.comparator_cache)
@@ -397,12 +447,19 @@ def main() -> None:
         if arguments.start
         else anytime.shipped_schedule(arguments.metric).to_record()["segments"]
     )
+    if arguments.prefixes:
+        print_prefixes(entries, best_mean)
+        return
     start = ratios(schedule_of(arguments.metric, entries), best_max, best_mean)[index]
     print(f"start: largest {start.max():.4f} at t = {int(np.argmax(start)) + LOW}  ({time.perf_counter() - started:.0f} s)")
     layout = [(e["base"], int(e["length"]), None if e.get("top_alpha") is None else Fraction(e["top_alpha"])) for e in entries]
     while sum(length for _, length, _ in layout) < arguments.maximum:  # the geometric continuation
         layout.append((layout[-1][0], layout[-1][1] * 16, None))
-    segments = Segments(layout, arguments.maximum)
+    what_if = None
+    if arguments.what_if is not None:
+        chosen = None if arguments.what_if_segments is None else {int(s) for s in arguments.what_if_segments.split(",")}
+        what_if = (arguments.what_if, best_mean, chosen)
+    segments = Segments(layout, arguments.maximum, what_if=what_if)
     own = list(range(segments.count - 1)) if arguments.own == "all" else [int(s) for s in arguments.own.split(",") if s]
     totals = [(s, s) for s in own] + parse_totals(arguments.totals)
     given = {i: float(Fraction(e["theta"])) for i, e in enumerate(entries) if e.get("theta")}
@@ -413,6 +470,15 @@ def main() -> None:
     )
     phi, value, where = evaluator.optimise(segments, totals, phi0)
     print(f"totals {totals}: shares {np.round(phi, 4).tolist()}: largest {value:.4f} at t = {where}", flush=True)
+    if what_if is not None:
+        full = evaluator.ratios(segments, totals, phi)
+        for s in range(segments.count):
+            lo = max(segments.first[s] + 1, LOW) - LOW
+            hi = min(segments.first[s] + len(segments.rho[s]), evaluator.maximum) - LOW + 1
+            if hi > lo:
+                print(f"  segment {s}: largest {full[lo:hi].max():.4f} at t = {lo + int(np.argmax(full[lo:hi])) + LOW}")
+        print("(a hypothetical: nothing to ship)")
+        return
     if arguments.lengths:
         deadline = started + arguments.budget
         improved = True
