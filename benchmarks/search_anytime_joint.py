@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/search_anytime_joint.py meanse --lengths --wide --start S.json --shares …
         # the wider moves: joint boundary + α moves, every shipped base, segments split or merged
     (--comparator-cache FILE.npz keeps the comparator, about 40 s at 2²⁴, for the next run)
+    .venv/bin/python benchmarks/search_anytime_joint.py meanse --swaps      # every base swap, shares optimised, best kept
     .venv/bin/python benchmarks/search_anytime_joint.py meanse --prefixes   # each counter over its own prefixes
     .venv/bin/python benchmarks/search_anytime_joint.py meanse --what-if 0.9 [--what-if-segments 1,2]
         # a hypothetical: counters 10 % better over their prefixes (never below the comparator)
@@ -33,7 +34,10 @@ t); ``--lengths`` then runs a first-improvement local search (one boundary moved
 15 % of its segment, one top α tilted by as much, one base replaced by k/2, 2k or the other
 metric's), the shares re-optimised for each move; ``--wide`` moves more (``wide_neighbours``:
 boundaries by 0.5 % … 25 %, a boundary with its neighbour's top α, every shipped base, a segment
-split in two or two merged, own totals then on every listed segment but the last). With own totals only, the result is printed
+split in two or two merged, own totals then on every listed segment but the last). ``--swaps``
+first scans every base swap with the shares optimised for each and keeps the best while one gains
+(the first-improvement search rarely reaches the swaps: small boundary moves keep gaining
+10⁻⁴ first). With own totals only, the result is printed
 as scheme entries (θ in 1/1024, the best of rounding each share down or up; the inverse-variance
 weights in 2⁻¹⁶) with its largest MaxSE and MeanSE ratios over every integer t in
 [10³, ``--maximum``] from ``anytime.variances`` against ``bench_anytime.comparator``: the
@@ -415,6 +419,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1200, help="seconds for the local search")
     parser.add_argument("--wide", action="store_true", help="with --lengths: the wider move set (wide_neighbours)")
     parser.add_argument("--seed", type=int, default=0, help="the order of the --wide moves within each class")
+    parser.add_argument(
+        "--swaps",
+        action="store_true",
+        help="before the local search: every listed segment's base replaced by every shipped base (its α's "
+        "planned), the shares optimised for each; the best swap kept, repeated while one gains",
+    )
     parser.add_argument("--comparator-cache", default=None, help="a .npz of (best_max, best_mean) to reuse")
     parser.add_argument(
         "--what-if",
@@ -479,6 +489,23 @@ def main() -> None:
                 print(f"  segment {s}: largest {full[lo:hi].max():.4f} at t = {lo + int(np.argmax(full[lo:hi])) + LOW}")
         print("(a hypothetical: nothing to ship)")
         return
+    if arguments.swaps:
+        names = sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+        while True:
+            best_swap = None
+            for s, other in itertools.product(range(segments.count), names):
+                if other == layout[s][0]:
+                    continue
+                trial = [*layout[:s], (other, layout[s][1], None), *layout[s + 1 :]]
+                candidate = Segments(trial, arguments.maximum)
+                p, v, w = evaluator.optimise(candidate, totals, phi, rounds=3)
+                print(f"  swap segment {s} → {other}: {v:.4f} at t = {w}", flush=True)
+                if v < value - 1e-5 and (best_swap is None or v < best_swap[0]):
+                    best_swap = (v, trial, p, candidate, w)
+            if best_swap is None:
+                break
+            value, layout, phi, segments, where = best_swap
+            print(f"  {value:.4f} at t = {where}: {describe(layout)} shares {np.round(phi, 4).tolist()}", flush=True)
     if arguments.lengths:
         deadline = started + arguments.budget
         improved = True
