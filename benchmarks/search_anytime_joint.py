@@ -69,6 +69,16 @@ from scipy.optimize import minimize  # noqa: E402
 from pure_dp_mf.mechanisms import anytime  # noqa: E402
 
 
+def shipped_bases() -> list[str]:
+    """The file names of the shipped bases (the candidates of every base move)."""
+    return sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+
+
+def layout_of(entries: list[dict]) -> list[tuple]:
+    """(base, length, top α or None) of scheme entries in ``anytime.json``'s form."""
+    return [(e["base"], int(e["length"]), None if e.get("top_alpha") is None else Fraction(e["top_alpha"])) for e in entries]
+
+
 @functools.lru_cache(maxsize=48)
 def _segment(base: str, length: int, top, count: int) -> tuple[np.ndarray, float, float]:
     """(ρ of the first ``count`` rows, ρ of the last row or NaN, 2Δ²) of one segment's lift."""
@@ -159,6 +169,14 @@ class Evaluator:
         return np.cumsum(v)[LOW - 1 :] / t / self.best_mean
 
     # The active-set version: the same ratios at a few t only (cheap, for the optimiser).
+    def windows(self, segments: Segments):
+        """(s, lo, hi) for every segment with steps in [LOW, maximum]: its t are LOW + lo … LOW + hi − 1."""
+        for s in range(segments.count):
+            b = segments.first[s]
+            lo, hi = max(b + 1, LOW) - LOW, min(b + len(segments.rho[s]), self.maximum) - LOW + 1
+            if hi > lo:
+                yield s, lo, hi
+
     def prepare(self, segments: Segments, points: np.ndarray) -> list:
         parts = []
         for s in range(segments.count):
@@ -207,11 +225,8 @@ class Evaluator:
             full = self.ratios(segments, totals, phi)
             # the t of the largest ratio in each segment and the top local maxima
             extra = [int(t_all[np.argmax(full)])]
-            for s in range(segments.count):
-                b = segments.first[s]
-                lo, hi = max(b + 1, LOW) - LOW, min(b + len(segments.rho[s]), self.maximum) - LOW + 1
-                if hi > lo:
-                    extra.append(int(lo + np.argmax(full[lo:hi]) + LOW))
+            for _, lo, hi in self.windows(segments):
+                extra.append(int(lo + np.argmax(full[lo:hi]) + LOW))
             order = np.argsort(full)[-400:]
             points = np.unique(np.concatenate([points, extra, t_all[order]]))
             parts = self.prepare(segments, points)
@@ -265,7 +280,7 @@ def neighbours(layout: list[tuple]):
             trial = list(layout)
             trial[s] = (base, length, dyadic(float(plan.alphas_exact[-1]) * (1 + fraction)))
             yield trial
-    names = sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+    names = shipped_bases()
     for s, (base, length, _) in enumerate(layout):
         k, metric = int(base[1:].split("_")[0]), base.split("_")[1][:-4]
         flipped = "meanse" if metric == "maxse" else "maxse"
@@ -285,7 +300,7 @@ def wide_neighbours(layout: list[tuple], seed: int):
     from pure_dp_mf.mechanisms.lift import dyadic
 
     rng = np.random.default_rng(seed)
-    names = sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+    names = shipped_bases()
 
     def top_of(base: str, length: int, top) -> float | None:
         plan = anytime._profile_family(base).plan(n=length, exact_sensitivity=False, top_alpha=top)
@@ -351,18 +366,16 @@ def wide_neighbours(layout: list[tuple], seed: int):
             yield [*layout[:s], (layout[s][0], layout[s][1] + layout[s + 1][1], None), *layout[s + 2 :]]
 
 
-def print_prefixes(entries: list[dict], best_mean: np.ndarray) -> None:
+def print_prefixes(layout: list[tuple], best_mean: np.ndarray) -> None:
     """For each listed segment: its counter's MeanSE over its first u steps (ε = 1, the full ε)
     over the best MeanSE of a counter that knew n = u, at u = 10³, 2·10³, 4·10³, … and its length."""
-    for entry in entries:
-        length = int(entry["length"])
-        top = None if entry.get("top_alpha") is None else Fraction(entry["top_alpha"])
-        rho, _, delta2 = _segment(entry["base"], length, top, length)
+    for base, length, top in layout:
+        rho, _, delta2 = _segment(base, length, top, length)
         mean = np.cumsum(rho) * delta2 / np.arange(1, length + 1)
         points = [u for u in (1000 * 2**e for e in range(40)) if u < length] + [length]
         points = [u for u in points if LOW <= u < LOW + len(best_mean)]
         cells = " ".join(f"{u}: {mean[u - 1] / best_mean[u - LOW]:.3f}" for u in points)
-        print(f"{entry['base']} × {length}: {cells}")
+        print(f"{base} × {length}: {cells}")
 
 
 def parse_totals(text: str) -> list[tuple[int, int]]:
@@ -458,11 +471,11 @@ def main() -> None:
         else anytime.shipped_schedule(arguments.metric).to_record()["segments"]
     )
     if arguments.prefixes:
-        print_prefixes(entries, best_mean)
+        print_prefixes(layout_of(entries), best_mean)
         return
     start = ratios(schedule_of(arguments.metric, entries), best_max, best_mean)[index]
     print(f"start: largest {start.max():.4f} at t = {int(np.argmax(start)) + LOW}  ({time.perf_counter() - started:.0f} s)")
-    layout = [(e["base"], int(e["length"]), None if e.get("top_alpha") is None else Fraction(e["top_alpha"])) for e in entries]
+    layout = layout_of(entries)
     while sum(length for _, length, _ in layout) < arguments.maximum:  # the geometric continuation
         layout.append((layout[-1][0], layout[-1][1] * 16, None))
     what_if = None
@@ -482,15 +495,12 @@ def main() -> None:
     print(f"totals {totals}: shares {np.round(phi, 4).tolist()}: largest {value:.4f} at t = {where}", flush=True)
     if what_if is not None:
         full = evaluator.ratios(segments, totals, phi)
-        for s in range(segments.count):
-            lo = max(segments.first[s] + 1, LOW) - LOW
-            hi = min(segments.first[s] + len(segments.rho[s]), evaluator.maximum) - LOW + 1
-            if hi > lo:
-                print(f"  segment {s}: largest {full[lo:hi].max():.4f} at t = {lo + int(np.argmax(full[lo:hi])) + LOW}")
+        for s, lo, hi in evaluator.windows(segments):
+            print(f"  segment {s}: largest {full[lo:hi].max():.4f} at t = {lo + int(np.argmax(full[lo:hi])) + LOW}")
         print("(a hypothetical: nothing to ship)")
         return
     if arguments.swaps:
-        names = sorted(path.name for path in anytime.resources.BASE_FOLDER.glob("k*.npz"))
+        names = shipped_bases()
         while True:
             best_swap = None
             for s, other in itertools.product(range(segments.count), names):
